@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make demo` (install + index a folder + search)
+# and `make test` (install + lint + tests). torch is pinned through constraints.txt.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DOCS ?= ../shared/data/pdfs/gov
+MODEL ?= vidore/colqwen2-v1.0
+INDEX ?= out/demo.vrag
+QUERY ?= firearm background checks by state
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: install demo test lint
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: install
+	$(BIN)/vrag index $(DOCS) --index $(INDEX) --model $(MODEL)
+	$(BIN)/vrag search $(INDEX) "$(QUERY)" -k 5
+
+lint: install
+	$(BIN)/ruff check vrag_compress tests examples
+
+test: lint
+	$(BIN)/python -m pytest -q

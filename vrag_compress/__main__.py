@@ -1,0 +1,3 @@
+from vrag_compress.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""The encoder protocol and `PageEncoding`, the data contract between encoders and compressors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from PIL import Image
+
+
+class EncodingError(ValueError):
+    """An encoding's arrays are malformed (wrong shape, dtype or NaN)."""
+
+
+@dataclass
+class PageEncoding:
+    """One page's visual-token vectors and, optionally, the decoder attention statistics (SPEC §3).
+
+    vectors: [N, D] float32, L2-normalised, visual tokens in patch order.
+    centrality: [L, N] float32 visual in-degree per decoder layer (mean over heads).
+    eos_attention: [L, N] float32 attention from the last non-padding token per layer.
+    grid: (rows, cols) of the patch grid when known, rows * cols == N.
+    """
+
+    vectors: np.ndarray
+    centrality: np.ndarray | None = None
+    eos_attention: np.ndarray | None = None
+    grid: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.vectors = np.asarray(self.vectors, dtype=np.float32)
+        if self.vectors.ndim != 2:
+            raise EncodingError(f"vectors must be [N, D], got shape {self.vectors.shape}")
+        n = self.vectors.shape[0]
+        for name in ("centrality", "eos_attention"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = np.asarray(value, dtype=np.float32)
+            if value.ndim != 2 or value.shape[1] != n:
+                raise EncodingError(f"{name} must be [L, {n}], got shape {value.shape}")
+            setattr(self, name, value)
+        if self.grid is not None:
+            self.grid = (int(self.grid[0]), int(self.grid[1]))
+            if self.grid[0] * self.grid[1] != n:
+                raise EncodingError(f"grid {self.grid} does not cover {n} tokens")
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.vectors.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    @property
+    def n_layers(self) -> int | None:
+        stats = self.centrality if self.centrality is not None else self.eos_attention
+        return None if stats is None else int(stats.shape[0])
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Turns page images into `PageEncoding`s and queries into [M, D] multi-vectors."""
+
+    model_id: str
+    dim: int
+    n_layers: int
+
+    def encode_pages(
+        self, images: list[Image.Image], *, with_stats: bool = False
+    ) -> list[PageEncoding]: ...
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]: ...
