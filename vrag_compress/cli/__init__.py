@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
     bench_capture,
+    bench_ingest,
     bench_compress,
     bench_store,
     calibrate,

@@ -1,0 +1,676 @@
+"""Files on disk -> pages (PIL image + text layer), one page at a time.
+
+The first pipeline stage. It validates every input up front so that a bad file fails here, with one
+typed :class:`IngestError` naming the file, the reason and the fix, instead of deep inside a model.
+PDFs are rendered lazily page by page (a 1,000-page PDF never sits in memory), with ``pypdfium2`` by
+default or ``pdf2image`` (poppler) on request; images are opened lazily and converted to RGB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+log = logging.getLogger(__name__)
+
+PDF_SUFFIXES = frozenset({".pdf"})
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"})
+SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
+RENDERERS = ("pypdfium2", "pdf2image")
+DEFAULT_DPI = 150
+# Pillow's own decompression-bomb warning threshold (about 9,459 x 9,459 pixels, ~270 MB as RGB).
+DEFAULT_MAX_PIXELS = 89_478_485
+DOC_ID_LENGTH = 16
+
+_CHUNK = 1 << 20
+# Readers such as Acrobat accept the PDF header and the %%EOF marker within 1 KiB of the file ends.
+_MARKER_WINDOW = 1024
+_SUPPORTED_TEXT = " ".join(sorted(SUPPORTED_SUFFIXES))
+_SIGNATURES = (
+    (b"%PDF-", "a PDF"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"II*\x00", "a TIFF image"),
+    (b"MM\x00*", "a TIFF image"),
+    (b"PK\x03\x04", "a ZIP archive (e.g. .docx/.xlsx/.pptx)"),
+    (b"GIF8", "a GIF image"),
+    (b"\xd0\xcf\x11\xe0", "an old Office file (.doc/.xls)"),
+)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class IngestError(Exception):
+    """A file that cannot become pages; ``str()`` reads ``"<path>: <reason> (<how to fix>)"``."""
+
+    fix: ClassVar[str] = "check the file"
+
+    def __init__(self, path: str | Path, reason: str, fix: str | None = None) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        self.fix = fix or type(self).fix
+        super().__init__(f"{self.path}: {reason} ({self.fix})")
+
+    def __reduce__(self):  # keep the error picklable across processes despite the custom __init__
+        return (type(self), (self.path, self.reason, self.fix))
+
+
+class EncryptedPDFError(IngestError):
+    fix = "pass password=... to open it, or save an unencrypted copy"
+
+
+class CorruptPDFError(IngestError):
+    fix = "re-download or re-export the PDF; `qpdf --check FILE` shows the damage"
+
+
+class CorruptImageError(IngestError):
+    fix = "re-download or re-export the image"
+
+
+class EmptyDocumentError(IngestError):
+    fix = "the file has no pages; remove it from the input"
+
+
+class UnsupportedFileError(IngestError):
+    fix = f"supported files: {_SUPPORTED_TEXT}"
+
+
+class ImageTooLargeError(IngestError):
+    fix = "downscale the image, or raise max_pixels if you trust the file"
+
+
+class UnreadablePathError(IngestError):
+    fix = "check that the path exists, is a file and is readable by this user"
+
+
+class RendererUnavailableError(IngestError):
+    fix = (
+        "pip install 'vrag-compress[pdf2image]' and apt-get install poppler-utils,"
+        " or use renderer='pypdfium2'"
+    )
+
+
+# --- pages and documents ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Page:
+    """One rendered page; ``page_no`` is 1-based, ``dpi`` the effective render DPI (PDFs only)."""
+
+    doc_id: str
+    page_no: int
+    image: Image.Image
+    text: str | None
+    source: Path
+    dpi: float | None = None
+
+    @property
+    def width(self) -> int:
+        return self.image.width
+
+    @property
+    def height(self) -> int:
+        return self.image.height
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.image.size
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The page's identity in an index: ``(doc_id, page_no)``."""
+        return (self.doc_id, self.page_no)
+
+
+class Document:
+    """An opened, validated file whose pages render lazily, one at a time.
+
+    Not thread-safe (PDFium is not): use one Document per thread.
+    """
+
+    kind: ClassVar[Literal["pdf", "image"]]
+
+    def __init__(self, source: Path, doc_id: str, content_hash: str, n_pages: int) -> None:
+        self.source = source
+        self.doc_id = doc_id
+        self.content_hash = content_hash
+        self.n_pages = n_pages
+        self.closed = False
+
+    def page(self, page_no: int) -> Page:
+        """Render one page (1-based)."""
+        if not 1 <= page_no <= self.n_pages:
+            raise IndexError(f"{self.source}: page {page_no} out of range 1..{self.n_pages}")
+        if self.closed:
+            raise ValueError(f"{self.source}: document is closed")
+        return self._render(page_no)
+
+    def iter_pages(self, start: int = 1) -> Iterator[Page]:
+        """Yield pages ``start..n_pages`` one at a time; ``start`` resumes an interrupted run."""
+        if not 1 <= start <= self.n_pages + 1:
+            raise ValueError(f"{self.source}: start={start} out of range 1..{self.n_pages + 1}")
+        for page_no in range(start, self.n_pages + 1):
+            yield self.page(page_no)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._close()
+
+    def __len__(self) -> int:
+        return self.n_pages
+
+    def __enter__(self) -> Document:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(doc_id={self.doc_id!r}, kind={self.kind!r}, "
+            f"n_pages={self.n_pages}, source={str(self.source)!r})"
+        )
+
+    def _render(self, page_no: int) -> Page:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+class PdfDocument(Document):
+    """A PDF held open by PDFium; each page is loaded, rendered and released on its own."""
+
+    kind = "pdf"
+
+    def __init__(
+        self,
+        source: Path,
+        doc_id: str,
+        content_hash: str,
+        pdf: pdfium.PdfDocument,
+        *,
+        dpi: float,
+        renderer: str,
+        max_pixels: int,
+        password: str | None,
+        text: bool,
+    ) -> None:
+        super().__init__(source, doc_id, content_hash, len(pdf))
+        self._pdf = pdf
+        self.dpi = dpi
+        self.renderer = renderer
+        self.max_pixels = max_pixels
+        self._password = password
+        self._text = text
+
+    def _render(self, page_no: int) -> Page:
+        try:
+            page = self._pdf[page_no - 1]
+        except pdfium.PdfiumError as exc:
+            raise CorruptPDFError(self.source, f"page {page_no} cannot be loaded ({exc})") from exc
+        try:
+            width, height = page.get_size()
+            if width <= 0 or height <= 0:
+                raise CorruptPDFError(self.source, f"page {page_no} has an empty page box")
+            scale = self._scale(page_no, width, height)
+            image = self._rasterise(page, page_no, scale)
+            text = _page_text(page) if self._text else None
+        except pdfium.PdfiumError as exc:
+            raise CorruptPDFError(
+                self.source, f"page {page_no} cannot be rendered ({exc})"
+            ) from exc
+        finally:
+            page.close()
+        return Page(self.doc_id, page_no, image, text, self.source, dpi=scale * 72)
+
+    def _scale(self, page_no: int, width: float, height: float) -> float:
+        scale = fit_scale(width, height, self.dpi / 72, self.max_pixels)
+        if scale < self.dpi / 72:
+            log.warning(
+                "%s: page %d (%.0fx%.0f pt) exceeds max_pixels=%d at %g dpi; rendering at %.1f dpi",
+                self.source,
+                page_no,
+                width,
+                height,
+                self.max_pixels,
+                self.dpi,
+                scale * 72,
+            )
+        return scale
+
+    def _rasterise(self, page: pdfium.PdfPage, page_no: int, scale: float) -> Image.Image:
+        if self.renderer == "pdf2image":
+            return _render_poppler(self.source, page_no, scale * 72, self._password)
+        image = page.render(scale=scale, may_draw_forms=True).to_pil()
+        return image if image.mode == "RGB" else image.convert("RGB")
+
+    def _close(self) -> None:
+        self._pdf.close()
+
+
+class ImageDocument(Document):
+    """A raster image file; every frame of a multi-frame TIFF is a page, other formats have one."""
+
+    kind = "image"
+
+    def __init__(
+        self, source: Path, doc_id: str, content_hash: str, image: Image.Image, max_pixels: int
+    ) -> None:
+        n_frames = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+        super().__init__(source, doc_id, content_hash, n_frames)
+        self._image = image
+        self.max_pixels = max_pixels
+
+    def _render(self, page_no: int) -> Page:
+        try:
+            with _pillow_guard(self.source):
+                self._image.seek(page_no - 1)
+                _check_pixels(self.source, self._image.size, self.max_pixels, page_no)
+                self._image.load()
+                image = to_rgb(self._image)
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise CorruptImageError(
+                self.source, f"frame {page_no} cannot be decoded ({exc})"
+            ) from exc
+        return Page(self.doc_id, page_no, image, None, self.source)
+
+    def _close(self) -> None:
+        self._image.close()
+
+
+# --- public functions ---------------------------------------------------------------------------
+
+
+def content_hash(path: str | Path) -> str:
+    """SHA-256 hex digest of the file's bytes, read in 1 MiB chunks (any file size, flat memory)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    except OSError as exc:
+        raise UnreadablePathError(path, f"cannot be read ({exc.strerror or exc})") from exc
+    return digest.hexdigest()
+
+
+def find_documents(
+    paths: Iterable[str | Path], *, recursive: bool = True
+) -> tuple[list[Path], list[IngestError]]:
+    """Expand files and folders into a sorted, de-duplicated list of supported files.
+
+    Explicit paths that are missing, unreadable or unsupported come back as errors; inside folders,
+    unsupported and hidden files are skipped silently (a folder of mixed files is normal).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    found: list[Path] = []
+    errors: list[IngestError] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            found.extend(_walk(path, recursive, errors))
+            continue
+        try:
+            _check_file(path)
+            _check_suffix(path)
+        except IngestError as exc:
+            errors.append(exc)
+            continue
+        found.append(path)
+    return _unique(found), errors
+
+
+def open_document(
+    path: str | Path,
+    *,
+    doc_id: str | None = None,
+    dpi: float = DEFAULT_DPI,
+    renderer: str = "pypdfium2",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    password: str | None = None,
+    text: bool = True,
+) -> Document:
+    """Open and validate one PDF or image; raises an :class:`IngestError` subclass on bad input.
+
+    ``doc_id`` defaults to the first 16 hex digits of the content hash, so the same bytes get the
+    same id anywhere. ``text=False`` skips the PDF text layer.
+    """
+    _check_options(dpi, renderer, max_pixels, doc_id)
+    path = Path(path).expanduser()
+    _check_file(path)
+    _check_suffix(path)
+    digest = content_hash(path)
+    doc_id = doc_id or digest[:DOC_ID_LENGTH]
+    if path.suffix.lower() in PDF_SUFFIXES:
+        if renderer == "pdf2image":
+            _require_poppler(path)
+        pdf = _load_pdf(path, password)
+        return PdfDocument(
+            path,
+            doc_id,
+            digest,
+            pdf,
+            dpi=dpi,
+            renderer=renderer,
+            max_pixels=max_pixels,
+            password=password,
+            text=text,
+        )
+    return ImageDocument(path, doc_id, digest, _open_image(path, max_pixels), max_pixels)
+
+
+def iter_pages(
+    paths: Iterable[str | Path] | str | Path,
+    *,
+    dpi: float = DEFAULT_DPI,
+    renderer: str = "pypdfium2",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    password: str | None = None,
+    text: bool = True,
+    recursive: bool = True,
+    errors: list[IngestError] | None = None,
+) -> Iterator[Page]:
+    """Stream every page of every file under ``paths``; a bad file is reported and skipped.
+
+    Errors go to ``errors`` when given, otherwise to the log as warnings. A file that breaks part
+    way keeps the pages already yielded. Option errors (bad dpi, unknown renderer) still raise.
+    """
+    _check_options(dpi, renderer, max_pixels, None)
+    files, found_errors = find_documents(paths, recursive=recursive)
+    for error in found_errors:
+        _report(error, errors)
+    for path in files:
+        try:
+            with open_document(
+                path,
+                dpi=dpi,
+                renderer=renderer,
+                max_pixels=max_pixels,
+                password=password,
+                text=text,
+            ) as doc:
+                yield from doc.iter_pages()
+        except IngestError as error:
+            _report(error, errors)
+
+
+def fit_scale(width: float, height: float, scale: float, max_pixels: int) -> float:
+    """The largest scale <= ``scale`` whose rendered page (ceil-rounded) fits in ``max_pixels``."""
+    if _pixels(width, height, scale) <= max_pixels:
+        return scale
+    scale = math.sqrt(max_pixels / (width * height))
+    while _pixels(width, height, scale) > max_pixels:
+        scale *= 0.999
+    return scale
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB copy of any Pillow image: EXIF rotation applied, alpha over white, 16-bit scaled to 8."""
+    image = ImageOps.exif_transpose(image)
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+        image = _to_8bit(image)
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _check_options(dpi: float, renderer: str, max_pixels: int, doc_id: str | None) -> None:
+    if renderer not in RENDERERS:
+        raise ValueError(f"unknown renderer {renderer!r}; choose one of {', '.join(RENDERERS)}")
+    if not dpi > 0:
+        raise ValueError(f"dpi must be positive, got {dpi!r}")
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels must be positive, got {max_pixels!r}")
+    if doc_id is not None and not (isinstance(doc_id, str) and doc_id.strip()):
+        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
+
+
+def _check_file(path: Path) -> None:
+    """Raise UnreadablePathError unless ``path`` is a regular file this process can open."""
+    if not path.exists():
+        raise UnreadablePathError(path, "does not exist")
+    if path.is_dir():
+        fix = "pass folders to find_documents or iter_pages"
+        raise UnreadablePathError(path, "is a directory, expected a file", fix)
+    if not path.is_file():
+        raise UnreadablePathError(path, "is not a regular file (socket, device or pipe)")
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise UnreadablePathError(path, f"cannot be read ({exc.strerror or exc})") from exc
+
+
+def _check_suffix(path: Path) -> None:
+    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        what = _sniff(_read_head(path))
+        suffix = path.suffix or "(no suffix)"
+        raise UnsupportedFileError(path, f"unsupported file type {suffix!r}{what}")
+
+
+def _walk(folder: Path, recursive: bool, errors: list[IngestError]) -> list[Path]:
+    """Supported, non-hidden files under ``folder``, sorted; unreadable subfolders are errors."""
+
+    def on_error(exc: OSError) -> None:
+        reason = f"folder cannot be listed ({exc.strerror})"
+        errors.append(UnreadablePathError(exc.filename or folder, reason))
+
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder, onerror=on_error):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
+        for name in sorted(files):
+            path = Path(root) / name
+            if not name.startswith(".") and path.suffix.lower() in SUPPORTED_SUFFIXES:
+                found.append(path)
+    return found
+
+
+def _unique(paths: list[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    unique = []
+    for path in paths:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique
+
+
+def _read_head(path: Path, size: int = _MARKER_WINDOW) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
+
+
+def _read_tail(path: Path, size: int = _MARKER_WINDOW) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - size))
+        return handle.read()
+
+
+def _sniff(head: bytes) -> str:
+    """A hint for error messages: what the bytes look like."""
+    for signature, name in _SIGNATURES:
+        if head.startswith(signature):
+            return f"; the content looks like {name}"
+    if head[:8] == b"RIFF" or head[8:12] == b"WEBP":
+        return "; the content looks like a WebP image"
+    if not head:
+        return "; the file is empty"
+    if b"\x00" not in head[:512]:
+        return "; the content looks like plain text"
+    return ""
+
+
+def _load_pdf(path: Path, password: str | None) -> pdfium.PdfDocument:
+    """Open with PDFium, mapping its failure codes to typed errors.
+
+    The raw API is used because pypdfium2 reports a zero-page file with a stale error code (e.g. a
+    previous file's "incorrect password"); here a failed load and an empty document are told apart.
+    """
+    head = _read_head(path)
+    if b"%PDF-" not in head:
+        raise UnsupportedFileError(path, f"not a PDF: no %PDF- header{_sniff(head)}")
+    if b"%%EOF" not in _read_tail(path):
+        raise CorruptPDFError(path, "no %%EOF marker at the end: the file looks truncated")
+    secret = None if password is None else (password + "\x00").encode("utf-8")
+    raw = pdfium_c.FPDF_LoadDocument(os.fsencode(path.resolve()) + b"\x00", secret)
+    if not raw:
+        raise _load_error(path, pdfium_c.FPDF_GetLastError(), password)
+    if pdfium_c.FPDF_GetPageCount(raw) < 1:
+        pdfium_c.FPDF_CloseDocument(raw)
+        raise EmptyDocumentError(path, "the PDF has zero pages")
+    pdf = pdfium.PdfDocument(raw)
+    pdf.init_forms()  # so filled-in form fields are drawn too
+    return pdf
+
+
+def _load_error(path: Path, code: int, password: str | None) -> IngestError:
+    if code == pdfium_c.FPDF_ERR_PASSWORD:
+        if password is None:
+            return EncryptedPDFError(path, "the PDF is password-protected")
+        reason, fix = "the password given does not open the PDF", "pass the right password=..."
+        return EncryptedPDFError(path, reason, fix)
+    if code == pdfium_c.FPDF_ERR_SECURITY:
+        reason = "the PDF uses an unsupported security handler"
+        return EncryptedPDFError(path, reason, "save an unencrypted copy")
+    if code == pdfium_c.FPDF_ERR_FILE:
+        return UnreadablePathError(path, "PDFium cannot read the file")
+    reason = _PDFIUM_ERRORS.get(code, f"PDFium error code {code}")
+    return CorruptPDFError(path, f"PDFium cannot parse it ({reason})")
+
+
+_PDFIUM_ERRORS = {
+    pdfium_c.FPDF_ERR_UNKNOWN: "unknown error",
+    pdfium_c.FPDF_ERR_FORMAT: "damaged or not a PDF",
+    pdfium_c.FPDF_ERR_PAGE: "page not found or content error",
+}
+
+
+def _page_text(page: pdfium.PdfPage) -> str | None:
+    textpage = page.get_textpage()
+    try:
+        return normalise_text(textpage.get_text_range())
+    finally:
+        textpage.close()
+
+
+def normalise_text(raw: str) -> str | None:
+    """Light clean-up of a PDF text layer: one space between words, at most one blank line."""
+    text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    lines = (" ".join(line.split()) for line in text.split("\n"))
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    return text or None
+
+
+def _require_poppler(path: Path) -> None:
+    try:
+        import pdf2image  # noqa: F401
+    except ImportError as exc:
+        raise RendererUnavailableError(path, "renderer 'pdf2image' is not installed") from exc
+    if shutil.which("pdftoppm") is None:
+        reason = "renderer 'pdf2image' needs poppler's pdftoppm on PATH"
+        raise RendererUnavailableError(path, reason)
+
+
+def _render_poppler(path: Path, page_no: int, dpi: float, password: str | None) -> Image.Image:
+    from pdf2image import convert_from_path
+    from pdf2image.exceptions import PDFInfoNotInstalledError
+
+    try:
+        images = convert_from_path(
+            path, dpi=dpi, first_page=page_no, last_page=page_no, userpw=password
+        )
+    except PDFInfoNotInstalledError as exc:
+        raise RendererUnavailableError(path, "poppler (pdfinfo/pdftoppm) is not installed") from exc
+    except Exception as exc:  # pdf2image raises several unrelated types for poppler failures
+        raise CorruptPDFError(path, f"poppler cannot render page {page_no} ({exc})") from exc
+    if len(images) != 1:
+        raise CorruptPDFError(path, f"poppler rendered {len(images)} images for page {page_no}")
+    return images[0].convert("RGB")
+
+
+def _open_image(path: Path, max_pixels: int) -> Image.Image:
+    try:
+        with _pillow_guard(path):
+            image = Image.open(path)
+    except UnidentifiedImageError as exc:
+        what = _sniff(_read_head(path))
+        raise UnsupportedFileError(path, f"not a readable image{what}") from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise CorruptImageError(path, f"the image header cannot be read ({exc})") from exc
+    try:
+        _check_pixels(path, image.size, max_pixels, 1)
+    except ImageTooLargeError:
+        image.close()
+        raise
+    return image
+
+
+@contextmanager
+def _pillow_guard(path: Path) -> Iterator[None]:
+    """Turn Pillow's decompression-bomb error into ImageTooLargeError and silence its warning.
+
+    ``max_pixels`` is checked by this module; Pillow's own hard stop (2 x Image.MAX_IMAGE_PIXELS)
+    still applies on top.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            yield
+        except Image.DecompressionBombError as exc:
+            raise ImageTooLargeError(path, f"decompression bomb refused by Pillow ({exc})") from exc
+
+
+def _check_pixels(path: Path, size: tuple[int, int], max_pixels: int, page_no: int) -> None:
+    width, height = size
+    if width * height > max_pixels:
+        where = f"frame {page_no} is" if page_no > 1 else "the image is"
+        count = f"{width}x{height} = {width * height:,} pixels"
+        raise ImageTooLargeError(path, f"{where} {count}, over max_pixels={max_pixels:,}")
+
+
+def _to_8bit(image: Image.Image) -> Image.Image:
+    """Scale 16/32-bit and float greyscale to 8-bit L (Pillow's convert would clip, not scale)."""
+    values = np.asarray(image, dtype=np.float32)
+    peak = float(values.max()) if values.size else 0.0
+    if peak > 255:
+        values = values * (255.0 / (65535.0 if peak <= 65535 else peak))
+    return Image.fromarray(np.clip(values, 0, 255).astype(np.uint8), mode="L")
+
+
+def _pixels(width: float, height: float, scale: float) -> int:
+    return math.ceil(width * scale) * math.ceil(height * scale)
+
+
+def _report(error: IngestError, errors: list[IngestError] | None) -> None:
+    if errors is None:
+        log.warning("skipped %s", error)
+    else:
+        errors.append(error)
