@@ -18,7 +18,7 @@ _EXPORTS = {
     "CompressedPage": "vrag_compress.compress.base",
     "get_compressor": "vrag_compress.compress",
     "list_compressors": "vrag_compress.compress",
-    "maxsim": "vrag_compress.maxsim",
+    "maxsim": "vrag_compress.scoring",
     "score_retention": "vrag_compress.calibrate",
     "select_window": "vrag_compress.calibrate",
 }

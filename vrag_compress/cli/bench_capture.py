@@ -1,3 +1,236 @@
-"""Commands for this area are registered here (see cli/app.py)."""
+"""`vrag bench capture`: memory and time of attention-statistics capture modes.
 
-from vrag_compress.cli.app import app, bench_app  # noqa: F401
+Each mode runs in a fresh child process (same model, same input) so that the resident-set
+high-water mark (VmHWM, reset after loading) measures that mode's forward pass alone:
+  plain      the embedding forward (decoder SDPA), no statistics
+  streaming  the same forward with streaming capture (SPEC §3 statistics per layer)
+  eager      the forward with an eager decoder, no statistics (the time yardstick)
+  naive      eager decoder + output_attentions=True, statistics from the kept maps
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import typer
+
+from vrag_compress.cli.app import bench_app  # noqa: F401
+
+MODES = ("plain", "streaming", "eager", "naive")
+_MB = 2**20
+
+
+@bench_app.command("capture")
+def bench_capture(
+    model: str = typer.Option("tiny-colpali", help="tiny-colpali, tiny-colqwen2, hub id or folder"),
+    image_size: int | None = typer.Option(
+        None,
+        help="tiny models: ColPali input side (448 = 1024 tokens); ColQwen2 longest side "
+        "(1568 = 3136 tokens). Also the side of the square test page.",
+    ),
+    layers: int = typer.Option(18, help="decoder layers (tiny models only)"),
+    heads: int = typer.Option(8, help="attention heads (tiny models only)"),
+    repeats: int = typer.Option(2, min=1, help="forward passes per mode (time = fastest)"),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads in each child"),
+    naive_limit_gb: float = typer.Option(
+        8.0, help="skip the naive mode (null) when its maps alone would exceed this"
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
+) -> None:
+    """Peak memory and time of plain forward vs streaming capture vs naive output_attentions."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from vrag_compress.encoders.tiny import TINY_MODELS
+
+    tiny = model in TINY_MODELS
+    size = image_size or (448 if model == "tiny-colpali" else 1568)
+    spec = {
+        "model": model,
+        "image_size": size,
+        "tiny": {"image_size": size, "layers": layers, "heads": heads} if tiny else {},
+        "repeats": repeats,
+        "threads": threads,
+    }
+    results: dict[str, dict | None] = {}
+    with Progress(transient=True) as progress:
+        task = progress.add_task("capture modes", total=len(MODES))
+        for mode in MODES:
+            progress.update(task, description=f"mode {mode}")
+            if mode == "naive" and _naive_bytes(results["plain"]) > naive_limit_gb * 2**30:
+                results[mode] = None
+            else:
+                results[mode] = _run_child(mode, spec)
+            progress.advance(task)
+    report = _report(model, spec, results, naive_limit_gb)
+    _print_table(Console(), report)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _naive_bytes(plain: dict) -> float:
+    """The float32 attention maps naive capture keeps: layers · heads · seq_len² · 4 bytes."""
+    return 4.0 * plain["layers"] * plain["heads"] * plain["seq_len"] ** 2
+
+
+def _run_child(mode: str, spec: dict) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "vrag_compress.cli.bench_capture", mode, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if run.returncode != 0:
+        tail = run.stderr.strip().splitlines()[-5:]
+        raise typer.BadParameter(f"mode {mode} failed (exit {run.returncode}): {' | '.join(tail)}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _report(model: str, spec: dict, results: dict, naive_limit_gb: float) -> dict:
+    plain, streaming, eager, naive = (results[m] for m in MODES)
+    seq, heads = plain["seq_len"], plain["heads"]
+    public = ("peak_mb", "seconds", "base_mb", "extra_mb")
+
+    def slim(r: dict | None) -> dict | None:
+        return None if r is None else {k: r[k] for k in public}
+
+    return {
+        "model": model,
+        "layers": plain["layers"],
+        "heads": heads,
+        "seq_len": seq,
+        "visual_tokens": plain["visual_tokens"],
+        "plain": slim(plain),
+        "streaming": slim(streaming),
+        "naive": slim(naive),
+        "eager": slim(eager),
+        "two_layer_bound_mb": 2 * heads * seq**2 * 4 / _MB,
+        "streaming_minus_plain_mb": streaming["peak_mb"] - plain["peak_mb"],
+        "naive_minus_plain_mb": None if naive is None else naive["peak_mb"] - plain["peak_mb"],
+        "naive_skipped_over_gb": None if naive is not None else naive_limit_gb,
+        "streaming_over_eager_time": streaming["seconds"] / eager["seconds"],
+        "streaming_over_plain_time": streaming["seconds"] / plain["seconds"],
+        "image_size": spec["image_size"],
+        "threads": spec["threads"],
+        "repeats": spec["repeats"],
+        "memory": "VmHWM of a fresh child process per mode, reset after loading the model",
+    }
+
+
+def _print_table(console, report: dict) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"capture: {report['model']}  L={report['layers']} H={report['heads']} "
+        f"S={report['seq_len']} visual={report['visual_tokens']}"
+    )
+    for column in ("mode", "peak MB", "extra over load MB", "seconds"):
+        table.add_column(column, justify="right" if column != "mode" else "left")
+    for mode in MODES:
+        r = report[mode]
+        if r is None:
+            table.add_row(mode, "skipped (maps over limit)", "", "")
+        else:
+            table.add_row(
+                mode, f"{r['peak_mb']:.1f}", f"{r['extra_mb']:.1f}", f"{r['seconds']:.3f}"
+            )
+    console.print(table)
+    naive = report["naive_minus_plain_mb"]
+    console.print(
+        f"streaming - plain = {report['streaming_minus_plain_mb']:.1f} MB "
+        f"(2-layer bound {report['two_layer_bound_mb']:.1f} MB); naive - plain = "
+        f"{'n/a' if naive is None else f'{naive:.1f} MB'}; streaming / eager time = "
+        f"{report['streaming_over_eager_time']:.2f}x"
+    )
+
+
+# ---- child process ---------------------------------------------------------------------------
+
+
+def _rss_mb(field: str) -> float:
+    """VmRSS / VmHWM from /proc (Linux), else the getrusage high-water mark."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak() -> None:
+    """Reset VmHWM to the current RSS so the peak covers only what follows (Linux)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _child(mode: str, spec: dict) -> dict:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from vrag_compress.encoders import load_encoder
+    from vrag_compress.encoders.capture import (
+        capture_attention,
+        decoder_attention,
+        forward_with_attention_maps,
+        stats_from_attention_maps,
+    )
+    from vrag_compress.encoders.colpali import last_token_index
+
+    torch.set_num_threads(spec["threads"])
+    encoder = load_encoder(spec["model"], device="cpu", **spec["tiny"])
+    size = spec["image_size"]
+    pixels = np.random.default_rng(0).integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+    batch = encoder.process_pages([Image.fromarray(pixels)])
+    visual = batch["input_ids"] == encoder.image_token_id
+    last = last_token_index(batch["attention_mask"])
+
+    def forward() -> None:
+        if mode == "streaming":
+            with capture_attention(encoder.model, visual, last) as capture:
+                encoder.model(**batch)
+            capture.results()
+        elif mode == "naive":
+            _, maps = forward_with_attention_maps(encoder.model, batch)
+            stats_from_attention_maps(maps, visual, last)
+        else:
+            encoder.model(**batch)
+
+    base = _rss_mb("VmRSS")
+    _reset_peak()
+    seconds = []
+    eager = decoder_attention(encoder.model, "eager") if mode == "eager" else nullcontext()
+    with torch.inference_mode(), eager:
+        for _ in range(spec["repeats"]):
+            start = time.perf_counter()
+            forward()
+            seconds.append(time.perf_counter() - start)
+    peak = _rss_mb("VmHWM")
+    return {
+        "mode": mode,
+        "peak_mb": peak,
+        "base_mb": base,
+        "extra_mb": peak - base,
+        "seconds": min(seconds),
+        "seq_len": int(batch["input_ids"].shape[1]),
+        "visual_tokens": int(visual.sum()),
+        "layers": encoder.n_layers,
+        "heads": encoder.n_heads,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(sys.argv[1], json.loads(sys.argv[2]))))

@@ -1,3 +1,297 @@
-"""Commands for this area are registered here (see cli/app.py)."""
+"""`vrag bench store`: size and query latency of the local store on synthetic clustered pages.
+
+Compares (a) brute-force MaxSim over uncompressed pages with colpali-engine's
+`score_multi_vector` (what byaldi does), (b) the store's exact search over compressed pages,
+(c) its two-stage search (FAISS candidates + exact rerank), and the floor: one BLAS product of a
+query against the same compressed token matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from vrag_compress.cli.app import app, bench_app  # noqa: F401
+
+out = Console()
+err = Console(stderr=True)
+FULL_STORE_MAX_BYTES = 4 << 30
+
+
+@bench_app.command("store")
+def bench_store(
+    pages: int = typer.Option(3006, "--pages", min=10, help="Pages in the collection."),
+    tokens_full: int = typer.Option(1030, "--tokens-full", min=2, help="Vectors per full page."),
+    ratio: float = typer.Option(0.1, "--ratio", help="Keep ratio of the compressed pages."),
+    queries: int = typer.Option(200, "--queries", min=1, help="Queries for (b) and (c)."),
+    query_tokens: int = typer.Option(20, "--query-tokens", min=1, help="Vectors per query."),
+    dim: int = typer.Option(128, "--dim", min=2, help="Vector dimension."),
+    bruteforce_queries: int = typer.Option(
+        5, "--bruteforce-queries", min=0, help="Queries for (a), which takes seconds each."),
+    exact_queries: int | None = typer.Option(
+        None, "--exact-queries", help="Queries for (b) [default: all up to 1M tokens, else 20]."),
+    full_store: bool | None = typer.Option(
+        None, "--full-store/--no-full-store",
+        help="Also write the uncompressed pages to a store to measure its size "
+        "[default: when it needs < 4 GiB]; otherwise the size is computed."),
+    batch: int = typer.Option(256, "--batch", min=1, help="Pages per add() call."),
+    candidates_per_token: int = typer.Option(64, "--candidates-per-token", min=1),
+    nprobe: int = typer.Option(32, "--nprobe", min=1),
+    threads: int = typer.Option(os.cpu_count() or 1, "--threads", min=1,
+                                help="Threads for BLAS, torch and FAISS."),
+    seed: int = typer.Option(0, "--seed"),
+    workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+) -> None:
+    """On-disk size full vs compressed, latency of (a) (b) (c) and the BLAS floor, recall@10 of
+    (c) against (b), add throughput."""
+    from threadpoolctl import threadpool_limits
+
+    from vrag_compress.compress.base import budget
+
+    k_tokens = budget(tokens_full, ratio)
+    full_bytes = pages * tokens_full * dim * 2
+    if full_store is None:
+        full_store = full_bytes <= FULL_STORE_MAX_BYTES
+    keep_full = full_store or bruteforce_queries > 0
+    if keep_full and full_bytes > FULL_STORE_MAX_BYTES:
+        raise typer.BadParameter("full pages would need > 4 GiB; use --no-full-store and "
+                                 "--bruteforce-queries 0 at this size")
+    root = Path(tempfile.mkdtemp(prefix="vrag-bench-store-", dir=workdir))
+    try:
+        with threadpool_limits(limits=threads):
+            _set_threads(threads)
+            data = _generate(pages, tokens_full, k_tokens, dim, queries, query_tokens, batch,
+                             keep_full, seed)
+            report = _run(root, data, pages, k_tokens, dim, batch, full_store, full_bytes,
+                          bruteforce_queries, exact_queries, candidates_per_token, nprobe,
+                          threads)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report["config"] = {
+        "pages": pages, "tokens_full": tokens_full, "tokens_compressed": k_tokens,
+        "ratio": ratio, "queries": queries, "query_tokens": query_tokens, "dim": dim,
+        "candidates_per_token": candidates_per_token, "nprobe": nprobe, "threads": threads,
+        "seed": seed, "bruteforce_queries": bruteforce_queries,
+    }
+    report["machine"] = {"cpu": platform.processor() or platform.machine(),
+                         "cores": os.cpu_count()}
+    _print(report)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2))
+        err.print(f"wrote {json_out}")
+
+
+def _set_threads(threads: int) -> None:
+    import faiss
+
+    faiss.omp_set_num_threads(threads)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err)
+
+
+def _generate(pages: int, tokens_full: int, k: int, dim: int, n_queries: int, query_tokens: int,
+              batch: int, keep_full: bool, seed: int) -> dict[str, Any]:
+    """Compressed pages (random kept subsets of clustered full pages) and queries aimed at pages.
+
+    Without full pages the compressed ones are drawn directly (the same distribution)."""
+    from vrag_compress.store.synthetic import clustered_pages, queries_for, topic_centres
+
+    rng = np.random.default_rng(seed)
+    centres = topic_centres(256, dim, seed)
+    targets = np.sort(rng.integers(0, pages, size=n_queries))
+    compressed = np.empty((pages, k, dim), dtype=np.float16)
+    full = np.empty((pages, tokens_full, dim), dtype=np.float16) if keep_full else None
+    qs: list[np.ndarray] = []
+    with _progress() as bar:
+        task = bar.add_task("generating pages", total=pages)
+        for start in range(0, pages, batch):
+            n = min(batch, pages - start)
+            width = tokens_full if keep_full else k
+            chunk = clustered_pages(n, width, dim, seed=seed + start, centres=centres)
+            if keep_full:
+                full[start:start + n] = chunk
+                kept = np.sort(rng.random((n, tokens_full)).argsort(axis=1)[:, :k], axis=1)
+                chunk_c = np.take_along_axis(chunk, kept[:, :, None], axis=1)
+            else:
+                chunk_c = chunk
+            compressed[start:start + n] = chunk_c
+            for t in targets[(targets >= start) & (targets < start + n)]:
+                qs.extend(queries_for(chunk[t - start:t - start + 1], 1, query_tokens,
+                                      seed=seed + int(t)))
+            bar.advance(task, n)
+    return {"compressed": compressed, "full": full, "queries": qs}
+
+
+def _run(root: Path, data: dict[str, Any], pages: int, k_tokens: int, dim: int, batch: int,
+         full_store: bool, full_bytes: int, bruteforce_queries: int, exact_queries: int | None,
+         candidates_per_token: int, nprobe: int, threads: int) -> dict[str, Any]:
+    from vrag_compress.store import LocalStore
+
+    config = {"dim": dim, "model_id": "synthetic/clustered"}
+    # one segment in page order: the search matrix can then be the memory map itself (no copy)
+    options = {"candidates_per_token": candidates_per_token, "nprobe": nprobe,
+               "segment_max_bytes": 1 << 40}
+    size_full = full_bytes / 2**20
+    if full_store:
+        with LocalStore.create(root / "full", config) as store:
+            _add_all(store, data["full"], batch, "writing full store")
+        size_full = _dir_mb(root / "full")
+        shutil.rmtree(root / "full")
+    with LocalStore.create(root / "compressed", config, **options) as store:
+        add_s = _add_all(store, data["compressed"], batch, "writing compressed store")
+    size_compressed = _dir_mb(root / "compressed")
+    qs = data["queries"]
+    blas_ms, blas_extrapolated = _blas_floor(data.pop("compressed"), qs[: min(len(qs), 50)])
+    n_tokens = pages * k_tokens
+    n_exact = exact_queries or (len(qs) if n_tokens <= 1_000_000 else min(10, len(qs)))
+    with LocalStore.open(root / "compressed", readonly=True, **options) as store:
+        t0 = time.perf_counter()
+        store.search(qs[0], k=10, mode="exact")  # loads the token matrix
+        load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store.build_token_index()
+        index_s = time.perf_counter() - t0
+        exact, exact_ms = _timed(store, qs[:n_exact], "exact", "exact search (b)")
+        two, two_ms = _timed(store, qs, "two_stage", "two-stage search (c)")
+    recall = float(np.mean([len(set(e) & set(t)) / max(1, len(e))
+                            for e, t in zip(exact, two[:n_exact], strict=True)]))
+    brute_ms = (_bruteforce(data["full"], qs[:bruteforce_queries], threads)
+                if bruteforce_queries else None)
+    latency = {"bruteforce_full": brute_ms, "exact": exact_ms, "two_stage": two_ms,
+               "blas_floor": blas_ms}
+    return {
+        "pages": pages,
+        "size_mb": {"full": round(size_full, 2), "compressed": round(size_compressed, 2)},
+        "latency_ms": {k: (None if v is None else round(v, 3)) for k, v in latency.items()},
+        "recall@10_two_stage": round(recall, 4),
+        "add_pages_per_s": round(pages / add_s, 1),
+        "full_size_measured": full_store,
+        "queries_timed": {"bruteforce_full": min(bruteforce_queries, len(qs)), "exact": n_exact,
+                          "two_stage": len(qs)},
+        "load_s": round(load_s, 3),
+        "token_index_build_s": round(index_s, 3),
+        "speedup_exact_vs_bruteforce": None if brute_ms is None else round(brute_ms / exact_ms, 1),
+        "exact_over_blas_floor": round(exact_ms / blas_ms, 2),
+        "blas_floor_extrapolated": blas_extrapolated,
+        "compressed_over_full_size": round(size_compressed / size_full, 4),
+    }
+
+
+def _add_all(store: Any, pages: np.ndarray, batch: int, label: str) -> float:
+    """Add all pages in batches; returns the seconds spent inside add()."""
+    from vrag_compress.store import PageRecord
+
+    spent = 0.0
+    with _progress() as bar:
+        task = bar.add_task(label, total=len(pages))
+        for start in range(0, len(pages), batch):
+            records = [PageRecord(f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, pages[i],
+                                  {"n": i % 7}) for i in range(start, min(start + batch,
+                                                                          len(pages)))]
+            t0 = time.perf_counter()
+            store.add(records)
+            spent += time.perf_counter() - t0
+            bar.advance(task, len(records))
+    return spent
+
+
+def _timed(store: Any, qs: list[np.ndarray], mode: str, label: str) -> tuple[list, float]:
+    ids, times = [], []
+    with _progress() as bar:
+        task = bar.add_task(label, total=len(qs))
+        for q in qs:
+            t0 = time.perf_counter()
+            hits = store.search(q, k=10, mode=mode)
+            times.append(time.perf_counter() - t0)
+            ids.append([h.page_id for h in hits])
+            bar.advance(task)
+    return ids, float(np.median(times) * 1000)
+
+
+def _blas_floor(compressed: np.ndarray, qs: list[np.ndarray]) -> tuple[float, bool]:
+    """Median time of one ``q @ T.T`` over the compressed token matrix in fp32.
+
+    Above 2 GiB of fp32 the product runs on the first 2 GiB and is scaled by size (flagged)."""
+    flat = compressed.reshape(-1, compressed.shape[-1])
+    rows = min(len(flat), (2 << 30) // (flat.shape[1] * 4))
+    tokens = flat[:rows].astype(np.float32)
+    times = []
+    for q in qs:
+        t0 = time.perf_counter()
+        q @ tokens.T
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1000) * len(flat) / rows, rows < len(flat)
+
+
+def _bruteforce(full: np.ndarray, qs: list[np.ndarray], threads: int) -> float:
+    """colpali-engine's `score_multi_vector` over all full pages (fp32 tensors), per query."""
+    import torch
+
+    from vrag_compress.compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()  # must run before colpali-engine imports transformers
+    from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
+
+    torch.set_num_threads(threads)
+    ps = [torch.from_numpy(page.astype(np.float32)) for page in full]
+    times = []
+    with _progress() as bar:
+        task = bar.add_task("brute force (a)", total=len(qs))
+        for q in qs:
+            t0 = time.perf_counter()
+            BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], ps,
+                                                            device="cpu")
+            times.append(time.perf_counter() - t0)
+            bar.advance(task)
+    return float(np.median(times) * 1000)
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def _print(report: dict[str, Any]) -> None:
+    lat = report["latency_ms"]
+    table = Table(title=f"vrag bench store: {report['pages']} pages "
+                  f"({report['config']['tokens_full']} -> {report['config']['tokens_compressed']}"
+                  f" vectors/page, {report['config']['query_tokens']}-vector queries)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("size full (MB)", f"{report['size_mb']['full']:.1f}"
+         + ("" if report["full_size_measured"] else " (computed)")),
+        ("size compressed (MB)", f"{report['size_mb']['compressed']:.1f}"),
+        ("(a) brute force full, colpali-engine (ms/query)", _fmt(lat["bruteforce_full"])),
+        ("(b) exact, compressed (ms/query)", _fmt(lat["exact"])),
+        ("(c) two-stage, compressed (ms/query)", _fmt(lat["two_stage"])),
+        ("BLAS floor, one q @ T.T (ms)", _fmt(lat["blas_floor"])),
+        ("recall@10 (c) vs (b)", f"{report['recall@10_two_stage']:.4f}"),
+        ("add throughput (pages/s)", f"{report['add_pages_per_s']:.1f}"),
+        ("speed-up (a)/(b)", _fmt(report["speedup_exact_vs_bruteforce"])),
+        ("(b) / BLAS floor", _fmt(report["exact_over_blas_floor"])),
+        ("token index build (s)", f"{report['token_index_build_s']:.2f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    out.print(table)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"

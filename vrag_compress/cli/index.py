@@ -1,3 +1,281 @@
-"""Commands for this area are registered here (see cli/app.py)."""
+"""`vrag index | search | ask | info | verify | delete | show`: the everyday commands.
 
-from vrag_compress.cli.app import app, bench_app  # noqa: F401
+Exit codes: 0 success; 1 the command failed (message on stderr); 2 bad usage;
+3 `index` finished but some files or pages failed (listed in the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vrag_compress.cli.app import app
+
+EXIT_FAILED = 1
+EXIT_PARTIAL = 3
+
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
+
+
+def fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(EXIT_FAILED)
+
+
+def emit_json(payload: Any) -> None:
+    typer.echo(json.dumps(payload, indent=2, default=str))
+
+
+def parse_value(text: str) -> Any:
+    """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        result[key] = parse_value(value)
+    return result
+
+
+def parse_filter(filters: list[str]) -> dict[str, Any] | None:
+    """`--filter '{"year": {"$gte": 2000}}'` (JSON) or repeated `--filter key=value` (equality)."""
+    if not filters:
+        return None
+    if len(filters) == 1 and filters[0].lstrip().startswith("{"):
+        try:
+            return json.loads(filters[0])
+        except json.JSONDecodeError as error:
+            raise typer.BadParameter(
+                f"invalid JSON filter: {error}", param_hint="--filter"
+            ) from error
+    return parse_pairs(filters, "--filter")
+
+
+def open_index(path: Path, readonly: bool = False, device: str = "auto") -> Any:
+    from vrag_compress.index import VisualIndex, VisualIndexError
+    from vrag_compress.store import StoreError
+
+    try:
+        return VisualIndex.open(path, readonly=readonly, device=device)
+    except (VisualIndexError, StoreError) as error:
+        fail(str(error))
+
+
+@app.command()
+def index(
+    paths: list[Path] = typer.Argument(..., help="PDF or image files, or folders of them."),
+    index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
+    model: str = typer.Option(
+        "vidore/colqwen2-v1.0",
+        help="Hub id, local folder, or tiny-colqwen2 / tiny-colpali (offline).",
+    ),
+    method: str = typer.Option("sap", help="Compression method (see `vrag methods`)."),
+    ratio: float = typer.Option(0.1, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
+    batch_size: int = typer.Option(4, help="Pages per encode/compress/commit batch."),
+    metadata: list[str] = typer.Option([], "--metadata", "-m", help="KEY=VALUE on every page."),
+    no_images: bool = typer.Option(False, help="Store only references to the source files."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Index files into a compressed multi-vector index (re-running skips unchanged files)."""
+    from vrag_compress.encoders import ModelNotFoundError
+    from vrag_compress.index import VisualIndex
+
+    extra = parse_pairs(metadata, "--metadata")
+    try:
+        if VisualIndex.exists(index_dir):
+            vindex = VisualIndex.open(index_dir, model=model, device=device)
+        else:
+            vindex = VisualIndex.create(
+                index_dir,
+                model=model,
+                compressor=method,
+                ratio=ratio,
+                device=device,
+                batch_size=batch_size,
+                store_images=not no_images,
+            )
+        with vindex:
+            report = vindex.add(paths, metadata=extra, progress=not json_out)
+    except ModelNotFoundError as error:
+        fail(str(error))
+    except Exception as error:  # surface any pipeline failure as one clear line
+        fail(f"{type(error).__name__}: {error}")
+    if json_out:
+        emit_json({"index": str(index_dir), **report.to_dict()})
+    else:
+        _print_report(report)
+    if report.failures:
+        raise typer.Exit(EXIT_PARTIAL)
+
+
+def _print_report(report: Any) -> None:
+    out.print(
+        f"indexed {report.pages_indexed} pages from {len(report.documents_indexed)} documents, "
+        f"skipped {len(report.documents_skipped)} unchanged documents "
+        f"({report.pages_skipped} pages) in {report.seconds:.1f}s"
+    )
+    for failure in report.failures:
+        where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
+        err.print(f"[yellow]failed:[/] {where}: {failure['reason']}")
+
+
+@app.command()
+def search(
+    index_dir: Path = typer.Argument(..., help="Index folder."),
+    query: str = typer.Argument(..., help="The question or keywords."),
+    k: int = typer.Option(5, "-k", help="Number of pages to return."),
+    filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
+    mode: str = typer.Option("auto", help="auto, exact or two_stage."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Search an index; prints the best pages with their scores."""
+    where = parse_filter(filter)
+    with open_index(index_dir, readonly=True) as vindex:
+        try:
+            hits = vindex.search(query, k=k, filter=where, mode=mode)
+        except ValueError as error:
+            fail(str(error))
+    if json_out:
+        emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
+        return
+    table = Table("rank", "score", "document", "page", "source")
+    for rank, hit in enumerate(hits, start=1):
+        table.add_row(str(rank), f"{hit.score:.3f}", hit.doc_id, str(hit.page_no), hit.source or "")
+    out.print(table)
+
+
+@app.command()
+def ask(
+    index_dir: Path = typer.Argument(..., help="Index folder."),
+    question: str = typer.Argument(..., help="The question to answer from the pages."),
+    llm: str = typer.Option(
+        None, help="PROVIDER:MODEL for LangChain's init_chat_model (or env VRAG_LLM)."
+    ),
+    k: int = typer.Option(3, "-k", help="Pages to send to the model."),
+    filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Answer a question with a multimodal chat model, from the retrieved page images."""
+    from vrag_compress import ask as asking
+
+    try:
+        chat_model = asking.load_chat_model(llm or os.environ.get("VRAG_LLM"))
+    except asking.NoLLMConfigured as error:
+        fail(str(error))
+    with open_index(index_dir, readonly=True) as vindex:
+        hits = vindex.search(question, k=k, filter=parse_filter(filter))
+        if not hits:
+            fail(f"{index_dir}: the index has no pages to answer from")
+        answer = asking.answer_question(question, hits, chat_model)
+    if json_out:
+        emit_json(answer.to_dict())
+        return
+    out.print(answer.answer)
+    out.print("\n[bold]Sources[/]")
+    for c in answer.citations:
+        out.print(f"[{c['ref']}] {c['source'] or c['doc_id']}, page {c['page_no']}")
+
+
+@app.command()
+def info(
+    index_dir: Path = typer.Argument(..., help="Index folder."), json_out: bool = JsonOpt
+) -> None:
+    """Show the model, compressor, counts and size of an index."""
+    with open_index(index_dir, readonly=True) as vindex:
+        details = vindex.info()
+        docs = [
+            {"doc_id": d.doc_id, "source": d.source, "n_pages": d.n_pages, "complete": d.complete}
+            for d in vindex.documents()
+        ]
+    if json_out:
+        emit_json({**details, "document_list": docs})
+        return
+    for key, value in details.items():
+        out.print(f"[bold]{key}[/]: {value}")
+
+
+@app.command()
+def verify(
+    index_dir: Path = typer.Argument(..., help="Index folder."), json_out: bool = JsonOpt
+) -> None:
+    """Check checksums and catalog/segment agreement; exit 1 when a problem is found."""
+    with open_index(index_dir, readonly=True) as vindex:
+        report = vindex.verify()
+    payload = {"ok": report.ok, "pages": report.pages, "problems": list(report.problems)}
+    if json_out:
+        emit_json(payload)
+    elif report.ok:
+        out.print(f"[green]ok[/]: {report.pages} pages verified")
+    else:
+        for problem in report.problems:
+            err.print(f"[red]problem:[/] {problem}")
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def delete(
+    index_dir: Path = typer.Argument(..., help="Index folder."),
+    doc_id: str = typer.Argument(..., help="Document id (see `vrag info`)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Delete one document's pages from an index."""
+    with open_index(index_dir) as vindex:
+        removed = vindex.delete(doc_id)
+    if removed == 0:
+        if json_out:
+            emit_json({"doc_id": doc_id, "pages_deleted": 0})
+        fail(f"no document {doc_id!r} in {index_dir}")
+    if json_out:
+        emit_json({"doc_id": doc_id, "pages_deleted": removed})
+    else:
+        out.print(f"deleted {removed} pages of {doc_id}")
+
+
+@app.command()
+def show(
+    index_dir: Path = typer.Argument(..., help="Index folder."),
+    doc_id: str = typer.Argument(..., help="Document id."),
+    page: int = typer.Argument(..., help="Page number (1-based)."),
+    out_path: Path = typer.Option(Path("page.png"), "--out", "-o", help="PNG to write."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Draw a page with the patches compression kept (SAP) or merged (UOT)."""
+    from vrag_compress.visualize import draw_layout
+
+    with open_index(index_dir, readonly=True) as vindex:
+        try:
+            image = vindex.page_image(doc_id, page)
+        except (KeyError, FileNotFoundError) as error:
+            fail(str(error).strip("'\""))
+        layout = vindex.page_layout(doc_id, page)
+    drawn = draw_layout(image, layout) if layout else image
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    drawn.save(out_path)
+    summary = {
+        "out": str(out_path),
+        "doc_id": doc_id,
+        "page_no": page,
+        "layout": None if layout is None else ("kept" if "kept" in layout else "assignment"),
+    }
+    if json_out:
+        emit_json(summary)
+    else:
+        out.print(f"wrote {out_path}")

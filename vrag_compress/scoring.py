@@ -1,4 +1,4 @@
-"""Late-interaction scoring (SPEC §1): the reference MaxSim every other kernel is checked against."""
+"""Late-interaction scoring (SPEC §1): the reference MaxSim other kernels are checked against."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ def maxsim(query: np.ndarray, doc: np.ndarray) -> float:
     query = np.asarray(query, dtype=np.float32)
     doc = np.asarray(doc, dtype=np.float32)
     if query.ndim != 2 or doc.ndim != 2 or query.shape[1] != doc.shape[1]:
-        raise ValueError(f"maxsim needs [M, D] and [N, D] arrays, got {query.shape} and {doc.shape}")
+        raise ValueError(
+            f"maxsim needs [M, D] and [N, D] arrays, got {query.shape} and {doc.shape}"
+        )
     if doc.shape[0] == 0 or query.shape[0] == 0:
         return 0.0
     return float((query @ doc.T).max(axis=1).sum())

@@ -1,0 +1,174 @@
+"""The everyday `vrag` commands: exit codes and --json schemas, with the tiny offline model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from vrag_compress import ask as asking
+from vrag_compress.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, [str(a) for a in args])
+    if result.exit_code not in (0, 3):
+        print(result.stderr, result.exception)
+    return result.exit_code, result.stdout
+
+
+@pytest.fixture(scope="module")
+def cli_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("docs")
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder / "scotus.pdf")
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi.pdf")
+    path = tmp_path_factory.mktemp("cli") / "idx"
+    code, stdout = run(
+        "index",
+        folder,
+        "--index",
+        path,
+        "--model",
+        "tiny-colqwen2",
+        "--method",
+        "sap",
+        "--ratio",
+        "0.2",
+        "--metadata",
+        "team=legal",
+        "--json",
+    )
+    assert code == 0, stdout
+    report = json.loads(stdout)
+    assert report["pages_indexed"] > 0 and report["failures"] == []
+    return path
+
+
+def test_search_json_schema(cli_index: Path):
+    code, stdout = run("search", cli_index, "oral argument", "-k", "3", "--json")
+    assert code == 0, stdout
+    payload = json.loads(stdout)
+    assert payload["query"] == "oral argument"
+    assert len(payload["hits"]) == 3
+    hit = payload["hits"][0]
+    assert set(hit) >= {"doc_id", "page_no", "score", "source", "metadata", "text", "image_path"}
+    assert hit["metadata"]["team"] == "legal"
+
+
+def test_search_filter_json_and_pairs(cli_index: Path):
+    code, stdout = run(
+        "search", cli_index, "x", "-k", "50", "--filter", "filename=scotus.pdf", "--json"
+    )
+    assert code == 0
+    assert {h["metadata"]["filename"] for h in json.loads(stdout)["hits"]} == {"scotus.pdf"}
+    code, stdout = run(
+        "search",
+        cli_index,
+        "x",
+        "-k",
+        "50",
+        "--filter",
+        '{"filename": {"$in": ["multi.pdf"]}}',
+        "--json",
+    )
+    assert code == 0
+    assert {h["metadata"]["filename"] for h in json.loads(stdout)["hits"]} == {"multi.pdf"}
+
+
+def test_info_verify_show_delete(cli_index: Path, tmp_path: Path):
+    code, stdout = run("info", cli_index, "--json")
+    assert code == 0
+    info = json.loads(stdout)
+    assert info["model_id"] == "tiny-colqwen2" and info["compressor"] == "sap"
+    assert info["documents"] == 2 and info["pages"] > 2
+
+    code, stdout = run("verify", cli_index, "--json")
+    assert code == 0 and json.loads(stdout)["ok"] is True
+
+    doc = info["document_list"][0]["doc_id"]
+    out = tmp_path / "page.png"
+    code, stdout = run("show", cli_index, doc, "1", "--out", out, "--json")
+    assert code == 0, stdout
+    assert json.loads(stdout)["layout"] == "kept"
+    assert Image.open(out).size[0] > 100
+
+    copy = tmp_path / "copy"
+    shutil.copytree(cli_index, copy)
+    code, stdout = run("delete", copy, doc, "--json")
+    assert code == 0 and json.loads(stdout)["pages_deleted"] >= 1
+    code, _ = run("delete", copy, doc)
+    assert code == 1
+    code, stdout = run("info", copy, "--json")
+    assert json.loads(stdout)["documents"] == 1
+
+
+def test_missing_index_and_partial_failure_exit_codes(tmp_path: Path, shared_data: Path):
+    code, _ = run("search", tmp_path / "nope", "q")
+    assert code == 1
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "good.pdf")
+    (folder / "bad.pdf").write_bytes(b"not a pdf at all")
+    code, stdout = run(
+        "index", folder, "--index", tmp_path / "i", "--model", "tiny-colqwen2", "--json"
+    )
+    assert code == 3
+    report = json.loads(stdout)
+    assert [Path(f["path"]).name for f in report["failures"]] == ["bad.pdf"]
+    assert report["pages_indexed"] > 0
+
+
+def test_missing_model_says_how_to_fix(tmp_path: Path, shared_data: Path):
+    result = runner.invoke(
+        app,
+        [
+            "index",
+            str(shared_data / "pdfs" / "edge" / "multi_page.pdf"),
+            "--index",
+            str(tmp_path / "i"),
+            "--model",
+            "vidore/colqwen2-v1.0",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "tiny-colqwen2" in result.stderr
+
+
+def test_ask_without_llm_is_a_clear_error(cli_index: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("VRAG_LLM", raising=False)
+    result = runner.invoke(app, ["ask", str(cli_index), "what is argued?"])
+    assert result.exit_code == 1
+    assert "--llm" in result.stderr
+
+
+def test_ask_sends_page_images_and_cites_pages(cli_index: Path, monkeypatch: pytest.MonkeyPatch):
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    seen: list = []
+
+    class RecordingChat(GenericFakeChatModel):
+        def invoke(self, messages, *args, **kwargs):  # noqa: ANN001
+            seen.append(messages)
+            return super().invoke(messages, *args, **kwargs)
+
+    fake = RecordingChat(messages=iter([AIMessage(content="The petitioner argues X [1].")]))
+    monkeypatch.setattr(asking, "load_chat_model", lambda spec: fake)
+    code, stdout = run(
+        "ask", cli_index, "what is argued?", "--llm", "fake:model", "-k", "2", "--json"
+    )
+    assert code == 0, stdout
+    payload = json.loads(stdout)
+    assert payload["answer"] == "The petitioner argues X [1]."
+    assert [c["ref"] for c in payload["citations"]] == [1, 2]
+    assert all({"doc_id", "page_no", "source"} <= set(c) for c in payload["citations"])
+    human = seen[-1][-1]
+    images = [b for b in human.content if b["type"] == "image_url"]
+    assert len(images) == 2
+    assert images[0]["image_url"]["url"].startswith("data:image/png;base64,")

@@ -1,0 +1,217 @@
+"""VisualIndex end to end with the tiny offline models on real PDFs and real ViDoRe pages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pypdfium2 as pdfium
+import pytest
+from PIL import Image
+
+from vrag_compress import VisualIndex, get_compressor, maxsim
+from vrag_compress.index import ModelMismatchError
+
+GOV_SMALL = [
+    "amt_handbook_sample.pdf",
+    "nics-background-checks-2015-11.pdf",
+    "scotus-transcript-p1.pdf",
+]
+
+
+def page_count(path: Path) -> int:
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()
+
+
+@pytest.fixture(scope="module")
+def gov_folder(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few real government PDFs (copied to a temp folder so tests can modify the folder)."""
+    folder = tmp_path_factory.mktemp("gov")
+    for name in GOV_SMALL:
+        shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def colqwen_index(gov_folder: Path, shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("idx") / "gov.vrag"
+    index = VisualIndex.create(
+        path,
+        model="tiny-colqwen2",
+        compressor=get_compressor("sap", ratio=0.25, layers=[0, 1]),
+        batch_size=3,
+    )
+    index.add([gov_folder], metadata={"collection": "gov"}, progress=False)
+    index.add(
+        shared_data / "vidore_arxivqa_sample" / "images",
+        metadata={"collection": "arxiv"},
+        progress=False,
+    )
+    yield index
+    index.close()
+
+
+def expected_pages(gov_folder: Path, shared_data: Path) -> int:
+    images = list((shared_data / "vidore_arxivqa_sample" / "images").iterdir())
+    return sum(page_count(p) for p in gov_folder.glob("*.pdf")) + len(images)
+
+
+def test_indexes_every_page_and_verifies(colqwen_index, gov_folder, shared_data):
+    assert colqwen_index.store.count() == expected_pages(gov_folder, shared_data)
+    assert all(d.complete for d in colqwen_index.documents())
+    report = colqwen_index.verify()
+    assert report.ok, report.problems
+
+
+def test_scores_equal_maxsim_of_stored_vectors(colqwen_index):
+    query = "background checks by state"
+    hits = colqwen_index.search(query, k=5)
+    assert len(hits) == 5
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    q = colqwen_index.encoder.encode_queries([query])[0]
+    for hit in hits:
+        stored = colqwen_index.store.get([hit.page_id])[0].vectors
+        assert hit.score == pytest.approx(maxsim(q, stored.astype(np.float32)), rel=1e-4, abs=1e-4)
+
+
+def test_compression_budget_is_respected(colqwen_index):
+    hit = colqwen_index.search("table", k=1)[0]
+    stored = colqwen_index.store.get([hit.page_id])[0]
+    n_tokens = stored.metadata["n_tokens"]
+    assert stored.vectors.shape[0] == int(np.ceil(0.25 * n_tokens))
+
+
+def test_filters_restrict_results(colqwen_index):
+    hits = colqwen_index.search("figure", k=50, filter={"collection": "arxiv"})
+    assert hits and {h.metadata["collection"] for h in hits} == {"arxiv"}
+    hits = colqwen_index.search("figure", k=50, filter={"filename": "scotus-transcript-p1.pdf"})
+    assert hits and {h.source.endswith("scotus-transcript-p1.pdf") for h in hits} == {True}
+
+
+def test_hits_carry_images_and_text(colqwen_index):
+    hits = colqwen_index.search("firearms", k=50, filter={"collection": "gov"})
+    assert hits
+    hit = hits[0]
+    assert hit.image_path is not None and hit.image_path.exists()
+    assert isinstance(hit.image, Image.Image) and min(hit.image.size) > 100
+    assert any(h.text for h in hits), "born-digital PDF pages carry their text layer"
+    again = colqwen_index.page_image(hit.doc_id, hit.page_no)
+    assert again.size == hit.image.size
+
+
+def test_rerunning_add_skips_unchanged(colqwen_index, gov_folder):
+    before = colqwen_index.store.count()
+    report = colqwen_index.add([gov_folder], progress=False)
+    assert report.pages_indexed == 0
+    assert len(report.documents_skipped) == len(GOV_SMALL)
+    assert colqwen_index.store.count() == before
+
+
+def test_changed_file_is_reindexed_and_old_version_removed(tmp_path, shared_data):
+    src = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    work = tmp_path / "doc.pdf"
+    shutil.copy(src, work)
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        first = index.add([work], progress=False)
+        shutil.copy(shared_data / "pdfs" / "gov" / "amt_handbook_sample.pdf", work)
+        second = index.add([work], progress=False)
+        assert second.documents_replaced == first.documents_indexed
+        docs = index.documents()
+        assert [d.doc_id for d in docs] == second.documents_indexed
+        assert index.store.count() == page_count(work)
+
+
+def test_reopen_delete_and_model_mismatch(tmp_path, shared_data):
+    path = tmp_path / "arxiv.vrag"
+    with VisualIndex.create(path, model="tiny-colpali", compressor="uot", ratio=0.2) as index:
+        index.add(shared_data / "vidore_arxivqa_sample" / "images", progress=False)
+        total = index.store.count()
+        some_doc = index.documents()[0].doc_id
+    with pytest.raises(ModelMismatchError, match="tiny-colpali"):
+        VisualIndex.open(path, model="tiny-colqwen2")
+    with VisualIndex.open(path) as index:
+        assert index.compressor.name == "uot"
+        assert index.store.count() == total
+        assert index.delete(some_doc) == 1
+        assert some_doc not in {h.doc_id for h in index.search("a chart", k=total)}
+        assert not (path / "images" / some_doc).exists()
+        assert index.verify().ok
+        layout_doc = index.documents()[0].doc_id
+        layout = index.page_layout(layout_doc, 1)
+        assert layout is not None and "assignment" in layout
+
+
+def test_bad_files_are_reported_and_good_ones_indexed(tmp_path, shared_data):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder / "good.pdf")
+    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7\nthis is not really a pdf")
+    good = (shared_data / "pdfs" / "edge" / "multi_page.pdf").read_bytes()
+    (folder / "truncated.pdf").write_bytes(good[: len(good) // 3])
+    (folder / "empty.pdf").write_bytes(b"")
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        report = index.add([folder], progress=False)
+        assert index.store.count() == page_count(folder / "good.pdf")
+    failed = {Path(f["path"]).name for f in report.failures}
+    assert {"corrupt.pdf", "empty.pdf"} <= failed
+    assert "good.pdf" not in failed
+    assert all(f["reason"] for f in report.failures)
+
+
+RESUME_SCRIPT = """
+import sys
+from vrag_compress import VisualIndex
+index = VisualIndex.create(sys.argv[1], model="tiny-colqwen2", compressor="random", batch_size=1)
+index.add([sys.argv[2]], progress=False)
+"""
+
+
+def test_interrupted_indexing_resumes_without_duplicates(tmp_path, shared_data):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("federal-register-2020-17221.pdf", "amt_handbook_sample.pdf"):
+        shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
+    expected = sum(page_count(p) for p in folder.glob("*.pdf"))
+    path = tmp_path / "resume.vrag"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    child = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(path), str(folder)], env=env)
+    try:
+        committed = 0
+        deadline = time.monotonic() + 240
+        while committed < 3 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            committed = _committed_pages(path)
+        assert child.poll() is None, "indexing finished before it could be interrupted"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    interrupted = _committed_pages(path)
+    assert 0 < interrupted < expected
+    with VisualIndex.open(path) as index:
+        report = index.add([folder], progress=False)
+        assert report.pages_indexed == expected - interrupted
+        assert index.store.count() == expected
+        ids = index.store.page_ids()
+        assert len(ids) == len(set(ids)) == expected
+        assert all(d.complete for d in index.documents())
+        assert index.verify().ok
+
+
+def _committed_pages(path: Path) -> int:
+    try:
+        with VisualIndex.open(path, readonly=True) as index:
+            return index.store.count()
+    except Exception:
+        return 0

@@ -1,0 +1,32 @@
+"""Errors raised while loading encoders or encoding inputs (torch-free, cheap to import)."""
+
+from __future__ import annotations
+
+
+class EncoderLoadError(RuntimeError):
+    """A model could not be loaded: missing weights, unsupported architecture, bad device."""
+
+
+class ModelNotFoundError(EncoderLoadError):
+    """A hub id is not available (offline, not cached) and is not a local folder."""
+
+
+class UnsupportedModelError(EncoderLoadError):
+    """The checkpoint's architecture is not one of the supported Col* families."""
+
+
+class EncoderInputError(ValueError):
+    """The images or queries handed to an encoder are not usable (wrong type, empty image)."""
+
+
+def model_not_found_message(model: str, reason: str) -> str:
+    """The one explanation users get when weights are missing (how to use local weights)."""
+    return (
+        f"model {model!r} is not available: {reason}. This machine cannot download it "
+        "(HF_HUB_OFFLINE=1 or no network). To use real weights, download them where there is "
+        f"internet with `huggingface-cli download {model} --local-dir DIR` (for adapter "
+        "checkpoints such as vidore/colqwen2-v1.0 also download the base model named in "
+        "adapter_config.json), copy DIR here and pass the folder path as the model. "
+        "'tiny-colqwen2' and 'tiny-colpali' run offline, but they are random models whose "
+        "vectors are meaningless for retrieval (tests and smoke runs only)."
+    )

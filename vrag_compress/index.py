@@ -1,0 +1,542 @@
+"""`VisualIndex`: the one object users hold. Joins ingestion, encoding, compression and the store.
+
+Indexing streams: pages are rendered one at a time, encoded and compressed in batches, and each
+batch is committed atomically together with the rows of the documents it touches, so an interrupted
+run resumes at the first uncommitted page and never stores a page twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from vrag_compress.compress import get_compressor
+from vrag_compress.compress.base import CompressedPage, Compressor
+from vrag_compress.encoders.base import Encoder, PageEncoding
+from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.page_assets import PageAssets
+from vrag_compress.progress import IndexProgress
+from vrag_compress.store import DocumentRecord, LocalStore, PageRecord, VerifyReport
+from vrag_compress.store.catalog import CATALOG_NAME
+from vrag_compress.version import __version__
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "vidore/colqwen2-v1.0"
+
+
+class VisualIndexError(RuntimeError):
+    """A problem with the index as a whole (wrong model, missing folder, closed index)."""
+
+
+class ModelMismatchError(VisualIndexError):
+    """The index was built with another model than the one asked for."""
+
+
+@dataclass
+class Hit:
+    """One search result: a page with its score, provenance, metadata, text and (lazy) image."""
+
+    doc_id: str
+    page_no: int
+    score: float
+    source: str | None
+    metadata: dict[str, Any]
+    text: str | None
+    page_id: str
+    _assets: PageAssets | None = field(default=None, repr=False, compare=False)
+    _image_ref: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def image_path(self) -> Path | None:
+        """The stored page image file, when the index keeps images."""
+        if self._assets is None:
+            return None
+        return self._assets.image_path(self._image_ref)
+
+    @property
+    def image(self) -> Image.Image:
+        """The page image, loaded on first access (from the index folder or the source file)."""
+        if self._assets is None:
+            raise VisualIndexError("this hit is detached from its index; no image available")
+        return self._assets.load(self._image_ref, self.source, self.page_no)
+
+    def to_dict(self) -> dict[str, Any]:
+        path = self.image_path
+        return {
+            "doc_id": self.doc_id,
+            "page_no": self.page_no,
+            "score": self.score,
+            "source": self.source,
+            "metadata": self.metadata,
+            "text": self.text,
+            "image_path": str(path) if path else None,
+        }
+
+
+@dataclass
+class AddReport:
+    """What one `add` call did: counts, and every failure with its reason."""
+
+    pages_indexed: int = 0
+    pages_skipped: int = 0
+    documents_indexed: list[str] = field(default_factory=list)
+    documents_skipped: list[str] = field(default_factory=list)
+    documents_replaced: list[str] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
+        entry = {"path": str(path), "reason": reason}
+        if page_no is not None:
+            entry["page_no"] = str(page_no)
+        self.failures.append(entry)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pages_indexed": self.pages_indexed,
+            "pages_skipped": self.pages_skipped,
+            "documents_indexed": self.documents_indexed,
+            "documents_skipped": self.documents_skipped,
+            "documents_replaced": self.documents_replaced,
+            "failures": self.failures,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class _DocState:
+    """Bookkeeping for one document while its pages stream through the pipeline."""
+
+    document: Document
+    record: DocumentRecord
+    last_page: int
+    failed_pages: list[int] = field(default_factory=list)
+
+
+def _page_id(doc_id: str, page_no: int) -> str:
+    return f"{doc_id}:{page_no}"
+
+
+def _model_config_name(encoder: Encoder) -> str:
+    return getattr(encoder, "model_id", type(encoder).__name__)
+
+
+class VisualIndex:
+    """A folder holding a compressed multi-vector index of document pages, plus their images."""
+
+    def __init__(self, path: Path, store: LocalStore, encoder: Encoder | None, device: str) -> None:
+        self.path = path
+        self.store = store
+        self._encoder = encoder
+        self._device = device
+        config = store.config
+        self.model_id: str = config["model_id"]
+        self.compressor: Compressor = get_compressor(
+            config["compressor"], **config.get("compressor_params", {})
+        )
+        self.batch_size: int = int(config.get("batch_size", 4))
+        self.dpi: int = int(config.get("dpi", 150))
+        self.renderer: str = config.get("renderer", "pypdfium2")
+        self.assets = PageAssets(
+            path, **config.get("images", {}), dpi=self.dpi, renderer=self.renderer
+        )
+
+    # ----------------------------------------------------------------- lifecycle
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        model: str = DEFAULT_MODEL,
+        compressor: Compressor | str | None = None,
+        *,
+        ratio: float = 0.1,
+        device: str = "auto",
+        batch_size: int = 4,
+        dpi: int = 150,
+        renderer: str = "pypdfium2",
+        store_images: bool = True,
+        image_format: str = "webp",
+        image_max_side: int = 1280,
+        encoder: Encoder | None = None,
+    ) -> VisualIndex:
+        """Create a new index folder. The encoder loads here (to learn the vector dimension).
+
+        `compressor` is a compressor object, a method name (with `ratio`), or None for SAP at
+        `ratio` with the model's built-in layer window when one is known.
+        """
+        path = Path(path)
+        if encoder is None:
+            from vrag_compress.encoders import load_encoder
+
+            encoder = load_encoder(model, device=device, batch_size=batch_size)
+        compressor = _resolve_compressor(compressor, ratio, encoder)
+        config = {
+            "model_id": _model_config_name(encoder),
+            "dim": int(encoder.dim),
+            "encoder": _encoder_info(encoder),
+            "compressor": compressor.name,
+            "compressor_params": compressor.params,
+            "images": {"store": store_images, "format": image_format, "max_side": image_max_side},
+            "batch_size": batch_size,
+            "dpi": dpi,
+            "renderer": renderer,
+            "vrag_version": __version__,
+        }
+        store = LocalStore.create(path, config)
+        return cls(path, store, encoder, device)
+
+    @staticmethod
+    def exists(path: str | Path) -> bool:
+        """Whether `path` already holds an index (so `add` should open rather than create)."""
+        return (Path(path) / CATALOG_NAME).is_file()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        model: str | None = None,
+        device: str = "auto",
+        encoder: Encoder | None = None,
+        readonly: bool = False,
+    ) -> VisualIndex:
+        """Open an existing index; the encoder loads lazily on the first add or search."""
+        path = Path(path)
+        if not path.exists():
+            raise VisualIndexError(
+                f"{path}: no index here (create one with `vrag index ... --index {path}`)"
+            )
+        store = LocalStore.open(path, readonly=readonly)
+        recorded = store.config["model_id"]
+        asked = model or (encoder and _model_config_name(encoder))
+        if asked and asked != recorded:
+            store.close()
+            raise ModelMismatchError(
+                f"{path} was indexed with model {recorded!r}, not {asked!r}: query vectors of "
+                "different models are not comparable. Open it without a model, or re-index."
+            )
+        return cls(path, store, encoder, device)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> VisualIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def encoder(self) -> Encoder:
+        """The Col* encoder recorded in the index, loaded on first use."""
+        if self._encoder is None:
+            from vrag_compress.encoders import load_encoder
+
+            self._encoder = load_encoder(
+                self.model_id, device=self._device, batch_size=self.batch_size
+            )
+        return self._encoder
+
+    # ----------------------------------------------------------------- reading
+    def search(
+        self,
+        query: str | np.ndarray,
+        k: int = 5,
+        *,
+        filter: dict[str, Any] | None = None,
+        mode: str = "auto",
+    ) -> list[Hit]:
+        """Top-k pages by exact MaxSim of the query against the compressed page vectors."""
+        vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
+        results = self.store.search(vectors, k, filter=filter, mode=mode)
+        return [self._hit(r) for r in results]
+
+    def _hit(self, result: Any) -> Hit:
+        metadata = dict(result.metadata or {})
+        return Hit(
+            doc_id=result.doc_id,
+            page_no=result.page_no,
+            score=float(result.score),
+            source=metadata.get("source"),
+            metadata=metadata,
+            text=result.text,
+            page_id=result.page_id,
+            _assets=self.assets,
+            _image_ref=result.image_ref,
+        )
+
+    def documents(self) -> list[DocumentRecord]:
+        return self.store.documents()
+
+    def page_image(self, doc_id: str, page_no: int) -> Image.Image:
+        """One page's image: stored, or re-rendered from the source (reference-only indexes)."""
+        records = self.store.get([_page_id(doc_id, page_no)])
+        if not records:
+            raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
+        record = records[0]
+        return self.assets.load(record.image_ref, record.metadata.get("source"), page_no)
+
+    def page_layout(self, doc_id: str, page_no: int) -> dict[str, Any] | None:
+        """Which source patches a stored page kept (or merged), for `vrag show`."""
+        return self.assets.load_layout(doc_id, page_no)
+
+    def verify(self) -> VerifyReport:
+        return self.store.verify()
+
+    def info(self) -> dict[str, Any]:
+        config = self.store.config
+        docs = self.documents()
+        return {
+            "path": str(self.path),
+            "model_id": self.model_id,
+            "dim": config["dim"],
+            "compressor": self.compressor.name,
+            "compressor_params": self.compressor.params,
+            "documents": len(docs),
+            "incomplete_documents": sum(not d.complete for d in docs),
+            "pages": self.store.count(),
+            "images": config.get("images", {}),
+            "size_mb": round(_folder_size(self.path) / 2**20, 3),
+            "vrag_version": config.get("vrag_version"),
+        }
+
+    # ----------------------------------------------------------------- writing
+    def delete(self, doc_id: str) -> int:
+        """Delete a document's pages (and stored images); returns how many pages went."""
+        removed = self.store.delete(doc_id=doc_id)
+        self.assets.remove_document(doc_id)
+        return removed
+
+    def add(
+        self,
+        items: str | Path | Iterable[str | Path] | Sequence[Page],
+        metadata: dict[str, Any] | None = None,
+        *,
+        progress: bool = True,
+    ) -> AddReport:
+        """Index files, folders or already-rendered `Page`s; unchanged documents are skipped.
+
+        Returns a report of what was indexed, skipped and failed (with reasons); one bad file
+        never stops the rest.
+        """
+        report = AddReport()
+        started = time.perf_counter()
+        states = self._plan(items, metadata or {}, report)
+        total = sum(s.record.n_pages - s.last_page for s in states)
+        with IndexProgress(total, enabled=progress) as bar:
+            batch: list[tuple[_DocState, Page]] = []
+            for state, page in self._stream(states, report):
+                batch.append((state, page))
+                if len(batch) >= self.batch_size:
+                    self._commit(batch, report, bar)
+                    batch = []
+            self._commit(batch, report, bar)
+        self._finish(states, report)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _plan(self, items: Any, metadata: dict[str, Any], report: AddReport) -> list[_DocState]:
+        """Open every document, skip unchanged ones, and find where interrupted ones resume."""
+        if isinstance(items, (str, Path)):
+            items = [items]
+        items = list(items)
+        if items and all(isinstance(i, Page) for i in items):
+            return self._plan_pages(items, metadata, report)
+        paths, errors = find_documents(items)
+        for error in errors:
+            report.fail(error.path, error.reason)
+        states: list[_DocState] = []
+        for path in paths:
+            try:
+                document = open_document(path, dpi=self.dpi, renderer=self.renderer)
+            except IngestError as error:
+                report.fail(error.path, error.reason)
+                continue
+            state = self._resume_state(document, metadata, report)
+            if state is None:
+                document.close()
+            else:
+                states.append(state)
+        return states
+
+    def _plan_pages(
+        self, pages: list[Page], metadata: dict[str, Any], report: AddReport
+    ) -> list[_DocState]:
+        states: dict[str, _DocState] = {}
+        for doc_id in dict.fromkeys(p.doc_id for p in pages):
+            doc_pages = [p for p in pages if p.doc_id == doc_id]
+            document = _PagesDocument(doc_id, doc_pages)
+            state = self._resume_state(document, metadata, report)  # type: ignore[arg-type]
+            if state is not None:
+                states[doc_id] = state
+        return list(states.values())
+
+    def _resume_state(
+        self, document: Document, metadata: dict[str, Any], report: AddReport
+    ) -> _DocState | None:
+        existing = self.store.document(document.doc_id)
+        if existing is not None and existing.complete:
+            report.documents_skipped.append(document.doc_id)
+            report.pages_skipped += existing.n_pages or 0
+            return None
+        stored = [int(pid.rsplit(":", 1)[1]) for pid in self.store.page_ids(document.doc_id)]
+        record = DocumentRecord(
+            doc_id=document.doc_id,
+            source=str(document.source),
+            content_hash=document.content_hash,
+            n_pages=document.n_pages,
+            complete=False,
+            metadata=dict(metadata),
+        )
+        return _DocState(document, record, last_page=max(stored, default=0))
+
+    def _stream(
+        self, states: list[_DocState], report: AddReport
+    ) -> Iterator[tuple[_DocState, Page]]:
+        """Pages of every planned document, rendered lazily, from each one's resume point."""
+        for state in states:
+            document = state.document
+            try:
+                for page in document.iter_pages(start=state.last_page + 1):
+                    yield state, page
+            except IngestError as error:
+                report.fail(error.path, error.reason)
+                state.failed_pages.append(state.last_page + 1)
+            finally:
+                document.close()
+
+    def _commit(
+        self, batch: list[tuple[_DocState, Page]], report: AddReport, bar: IndexProgress
+    ) -> None:
+        """Encode, compress, save images, and commit one batch atomically."""
+        if not batch:
+            return
+        pages = [page for _, page in batch]
+        encodings = self.encoder.encode_pages(
+            [p.image for p in pages], with_stats=self.compressor.requires_stats
+        )
+        usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
+        for i in set(range(len(pages))) - set(usable):
+            report.fail(pages[i].source, "the encoder produced no visual tokens", pages[i].page_no)
+        compressed = self.compressor.compress_many([encodings[i] for i in usable])
+        records = [
+            self._record(batch[i][0], pages[i], encodings[i], c)
+            for i, c in zip(usable, compressed, strict=True)
+        ]
+        touched: dict[str, _DocState] = {}
+        for state, page in batch:
+            state.last_page = page.page_no
+            touched[state.record.doc_id] = state
+        for state in touched.values():
+            state.record.complete = state.last_page >= (state.record.n_pages or 0)
+        self.store.add(records, documents=[s.record for s in touched.values()])
+        report.pages_indexed += len(records)
+        bar.advance(len(batch))
+
+    def _record(
+        self, state: _DocState, page: Page, encoding: PageEncoding, compressed: CompressedPage
+    ) -> PageRecord:
+        image_ref = self.assets.save(page.doc_id, page.page_no, page.image)
+        self.assets.save_layout(page.doc_id, page.page_no, encoding, compressed, page.image.size)
+        metadata = {
+            **state.record.metadata,
+            "source": str(page.source),
+            "filename": Path(str(page.source)).name,
+            "n_tokens": encoding.n_tokens,
+        }
+        return PageRecord(
+            page_id=_page_id(page.doc_id, page.page_no),
+            doc_id=page.doc_id,
+            page_no=page.page_no,
+            vectors=compressed.vectors,
+            metadata=metadata,
+            image_ref=image_ref,
+            text=page.text or None,
+        )
+
+    def _finish(self, states: list[_DocState], report: AddReport) -> None:
+        """Mark finished documents and retire older versions of the same source files."""
+        for state in states:
+            record = state.record
+            ended = state.failed_pages or state.last_page >= (record.n_pages or 0)
+            if not record.complete and ended:
+                if state.failed_pages:
+                    record.metadata = {**record.metadata, "failed_pages": state.failed_pages}
+                record.complete = True
+                self.store.put_document(record)
+            if not record.complete:
+                continue
+            report.documents_indexed.append(record.doc_id)
+            for old in self.store.documents():
+                if old.source == record.source and old.doc_id != record.doc_id:
+                    self.delete(old.doc_id)
+                    report.documents_replaced.append(old.doc_id)
+
+
+class _PagesDocument:
+    """Adapts already-rendered `Page`s of one document to the `Document` interface."""
+
+    def __init__(self, doc_id: str, pages: list[Page]) -> None:
+        self.doc_id = doc_id
+        self.pages = sorted(pages, key=lambda p: p.page_no)
+        self.source = pages[0].source
+        self.content_hash = doc_id
+        self.n_pages = max(p.page_no for p in pages)
+
+    def iter_pages(self, start: int = 1) -> Iterator[Page]:
+        return (p for p in self.pages if p.page_no >= start)
+
+    def close(self) -> None:
+        pass
+
+
+def _resolve_compressor(
+    compressor: Compressor | str | None, ratio: float, encoder: Encoder
+) -> Compressor:
+    """A compressor object as given, or one by name; SAP gets the model's built-in window
+    when the profile matches the model's depth, else the SPEC §4 fallback window."""
+    if compressor is not None and not isinstance(compressor, str):
+        return compressor
+    name = compressor or "sap"
+    if name == "sap":
+        from vrag_compress.compress.profiles import builtin_profile, fallback_window
+
+        profile = builtin_profile(_model_config_name(encoder))
+        if profile is not None and profile.n_layers == encoder.n_layers:
+            return get_compressor("sap", ratio=ratio, layers=list(profile.window))
+        window = list(fallback_window(encoder.n_layers))
+        log.warning(
+            "no calibrated SAP window for %s; using the fallback layers %s (SPEC §4). "
+            "Run `vrag calibrate` for a better one.",
+            _model_config_name(encoder),
+            window,
+        )
+        return get_compressor("sap", ratio=ratio, layers=window, n_layers=encoder.n_layers)
+    return get_compressor(name, ratio=ratio)
+
+
+def _encoder_info(encoder: Encoder) -> dict[str, Any]:
+    info = getattr(encoder, "info", None)
+    if callable(info):
+        return info()
+    return {
+        "model_id": _model_config_name(encoder),
+        "dim": encoder.dim,
+        "n_layers": encoder.n_layers,
+    }
+
+
+def _folder_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

@@ -1,0 +1,118 @@
+"""Page images and patch layouts kept in the index folder, beside the vector store.
+
+Images are written before the catalog commit that references them (write to a temporary file,
+then rename), so a crash can leave an unreferenced image behind but never a dangling reference.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from vrag_compress.compress.base import CompressedPage
+from vrag_compress.encoders.base import PageEncoding
+
+IMAGE_FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}
+
+
+class PageAssets:
+    """Reads and writes per-page files under ``images/`` and ``layouts/`` of an index folder."""
+
+    def __init__(
+        self,
+        root: Path,
+        store: bool = True,
+        format: str = "webp",
+        max_side: int = 1280,
+        quality: int = 80,
+        dpi: int = 150,
+        renderer: str = "pypdfium2",
+    ) -> None:
+        if format.lower() not in IMAGE_FORMATS:
+            raise ValueError(
+                f"image format {format!r} not supported; use one of {sorted(IMAGE_FORMATS)}"
+            )
+        self.root = Path(root)
+        self.store = store
+        self.format = format.lower()
+        self.max_side = max_side
+        self.quality = quality
+        self.dpi = dpi
+        self.renderer = renderer
+
+    def save(self, doc_id: str, page_no: int, image: Image.Image) -> str | None:
+        """Store a downsized copy of the page image; returns its path relative to the index."""
+        if not self.store:
+            return None
+        relative = Path("images") / doc_id / f"{page_no}.{self.format}"
+        copy = image.convert("RGB")
+        copy.thumbnail((self.max_side, self.max_side))
+        _atomic_write(
+            self.root / relative,
+            lambda f: copy.save(f, IMAGE_FORMATS[self.format], quality=self.quality),
+        )
+        return relative.as_posix()
+
+    def image_path(self, ref: str | None) -> Path | None:
+        return self.root / ref if ref else None
+
+    def load(self, ref: str | None, source: str | None, page_no: int) -> Image.Image:
+        """The stored image, or a fresh render of the source page when only references are kept."""
+        if ref:
+            path = self.root / ref
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: stored page image is missing (run `vrag verify`)")
+            with Image.open(path) as image:
+                return image.convert("RGB")
+        if not source:
+            raise FileNotFoundError(f"page {page_no} has neither a stored image nor a source path")
+        from vrag_compress.ingest import open_document
+
+        with open_document(source, dpi=self.dpi, renderer=self.renderer) as document:
+            return document.page(page_no).image
+
+    def save_layout(
+        self,
+        doc_id: str,
+        page_no: int,
+        encoding: PageEncoding,
+        compressed: CompressedPage,
+        image_size: tuple[int, int],
+    ) -> None:
+        """Remember which patches a page kept or merged, so they can be drawn later."""
+        if encoding.grid is None:
+            return
+        arrays: dict[str, np.ndarray] = {
+            "grid": np.asarray(encoding.grid, dtype=np.int32),
+            "image_size": np.asarray(image_size, dtype=np.int32),
+        }
+        if compressed.kept is not None:
+            arrays["kept"] = np.asarray(compressed.kept, dtype=np.int32)
+        if compressed.assignment is not None:
+            arrays["assignment"] = np.asarray(compressed.assignment, dtype=np.int32)
+        path = self.root / "layouts" / doc_id / f"{page_no}.npz"
+        _atomic_write(path, lambda f: np.savez(f, **arrays))
+
+    def load_layout(self, doc_id: str, page_no: int) -> dict[str, Any] | None:
+        path = self.root / "layouts" / doc_id / f"{page_no}.npz"
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+
+    def remove_document(self, doc_id: str) -> None:
+        for folder in ("images", "layouts"):
+            shutil.rmtree(self.root / folder / doc_id, ignore_errors=True)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)

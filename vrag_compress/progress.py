@@ -1,0 +1,44 @@
+"""Progress display for long indexing runs (pages/s and ETA), silent when disabled or not a TTY."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class IndexProgress:
+    """A rich progress bar counting pages, with throughput and time remaining."""
+
+    def __init__(self, total: int, *, enabled: bool = True, description: str = "indexing") -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+            transient=False,
+        )
+        self._task = self._progress.add_task(description, total=total, rate="")
+
+    def advance(self, pages: int) -> None:
+        self._progress.advance(self._task, pages)
+        speed = self._progress.tasks[0].speed
+        if speed:
+            self._progress.update(self._task, rate=f"{speed:.2f} pages/s")
+
+    def __enter__(self) -> IndexProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
