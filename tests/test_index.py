@@ -18,13 +18,6 @@ from PIL import Image
 from vrag_compress import VisualIndex, get_compressor, maxsim
 from vrag_compress.index import ModelMismatchError
 
-GOV_SMALL = [
-    "amt_handbook_sample.pdf",
-    "nics-background-checks-2015-11.pdf",
-    "scotus-transcript-p1.pdf",
-]
-
-
 def page_count(path: Path) -> int:
     pdf = pdfium.PdfDocument(str(path))
     try:
@@ -35,10 +28,10 @@ def page_count(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def gov_folder(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few real government PDFs (copied to a temp folder so tests can modify the folder)."""
+    """The real government PDFs (copied to a temp folder so tests can modify the folder)."""
     folder = tmp_path_factory.mktemp("gov")
-    for name in GOV_SMALL:
-        shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
+    for pdf in (shared_data / "pdfs" / "gov").glob("*.pdf"):
+        shutil.copy(pdf, folder / pdf.name)
     return folder
 
 
@@ -113,7 +106,7 @@ def test_rerunning_add_skips_unchanged(colqwen_index, gov_folder):
     before = colqwen_index.store.count()
     report = colqwen_index.add([gov_folder], progress=False)
     assert report.pages_indexed == 0
-    assert len(report.documents_skipped) == len(GOV_SMALL)
+    assert len(report.documents_skipped) == len(list(gov_folder.glob("*.pdf")))
     assert colqwen_index.store.count() == before
 
 

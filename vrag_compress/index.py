@@ -282,7 +282,7 @@ class VisualIndex:
 
     def page_image(self, doc_id: str, page_no: int) -> Image.Image:
         """One page's image: stored, or re-rendered from the source (reference-only indexes)."""
-        records = self.store.get([_page_id(doc_id, page_no)])
+        records = self.store.get([_page_id(doc_id, page_no)], missing="skip")
         if not records:
             raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
         record = records[0]
@@ -524,6 +524,13 @@ def _resolve_compressor(
             window,
         )
         return get_compressor("sap", ratio=ratio, layers=window, n_layers=encoder.n_layers)
+    if name == "identity":
+        return get_compressor("identity")
+    if name == "adaptive-eos":
+        raise ValueError(
+            "adaptive-eos keeps a per-page number of tokens set by kappa; pass "
+            "get_compressor('adaptive-eos', ratio=..., kappa=...) (or .fit(pages) it) as `compressor`"
+        )
     return get_compressor(name, ratio=ratio)
 
 

@@ -1,0 +1,283 @@
+"""Label-free calibration of SAP's layer window (SPEC §5-6): Score Retention per decoder layer
+over (page, query) pairs, the trailing-drop window rule, profiles and their plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vrag_compress.compress.base import CompressionError, budget
+from vrag_compress.compress.common import top_k_positions
+from vrag_compress.compress.profiles import (
+    BUILTIN_PROFILES,
+    CalibrationProfile,
+    ProfileError,
+    builtin_profile,
+)
+from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.scoring import maxsim
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "CalibrationError",
+    "CalibrationPair",
+    "CalibrationProfile",
+    "ProfileError",
+    "build_profile",
+    "builtin_profile",
+    "load_calibration_pairs",
+    "maxsim",
+    "plot_sr_curve",
+    "score_retention",
+    "select_window",
+    "sr_curve",
+]
+
+
+class CalibrationError(CompressionError):
+    """Calibration inputs are missing or malformed."""
+
+
+def score_retention(query: np.ndarray, full: np.ndarray, kept_vectors: np.ndarray) -> float:
+    """``MaxSim(Q, kept) / MaxSim(Q, full)``; 1.0 when the full score is 0. Never clipped:
+    merged pages can exceed 1."""
+    full_score = maxsim(query, full)
+    if full_score == 0.0:
+        return 1.0
+    return maxsim(query, kept_vectors) / full_score
+
+
+def _pair_curve(page: PageEncoding, query: np.ndarray, ratio: float) -> np.ndarray:
+    """SR of one pair for every single-layer SAP window {l}: [L]."""
+    sim = np.asarray(query, dtype=np.float32) @ page.vectors.T  # [M, N]
+    full = float(sim.max(axis=1).sum())
+    if full == 0.0:
+        return np.ones(page.centrality.shape[0])
+    kept = top_k_positions(page.centrality.astype(np.float64), budget(page.n_tokens, ratio))
+    kept_scores = sim[:, kept].max(axis=2).sum(axis=0)  # [L]
+    return kept_scores.astype(np.float64) / full
+
+
+def sr_curve(
+    encodings: Sequence[PageEncoding], query_vectors: Sequence[np.ndarray], ratio: float = 0.1
+) -> np.ndarray:
+    """Mean Score Retention over pairs of SAP with each single decoder layer as window: [L].
+
+    encodings[i] (with centrality) pairs with query_vectors[i] ([M_i, D]).
+    """
+    if len(encodings) != len(query_vectors):
+        raise CalibrationError(
+            f"{len(encodings)} pages but {len(query_vectors)} queries; pass one query per page"
+        )
+    if not encodings:
+        raise CalibrationError("no calibration pairs; pass at least one (page, query) pair")
+    n_layers = None
+    total = None
+    for i, (page, query) in enumerate(zip(encodings, query_vectors, strict=True)):
+        _check_pair(i, page, query)
+        if n_layers is None:
+            n_layers = page.centrality.shape[0]
+        elif page.centrality.shape[0] != n_layers:
+            raise CalibrationError(
+                f"pair {i}: page has {page.centrality.shape[0]} layers, earlier pages {n_layers}; "
+                "calibrate one model at a time"
+            )
+        curve = _pair_curve(page, query, ratio)
+        total = curve if total is None else total + curve
+    return total / len(encodings)
+
+
+def _check_pair(i: int, page: PageEncoding, query: np.ndarray) -> None:
+    if not isinstance(page, PageEncoding) or page.centrality is None:
+        raise CalibrationError(
+            f"pair {i}: the page needs attention statistics (encode_pages(..., with_stats=True))"
+        )
+    if page.n_tokens == 0:
+        raise CalibrationError(f"pair {i}: the page has no visual tokens")
+    query = np.asarray(query)
+    if query.ndim != 2 or query.shape[1] != page.dim:
+        raise CalibrationError(
+            f"pair {i}: query must be [M, {page.dim}], got shape {query.shape}"
+        )
+    if not (np.isfinite(query).all() and np.isfinite(page.vectors).all()):
+        raise CalibrationError(f"pair {i}: NaN or inf in the page or query vectors")
+    if not np.isfinite(page.centrality).all():
+        raise CalibrationError(f"pair {i}: NaN or inf in the page centrality")
+
+
+def select_window(curve: Sequence[float] | np.ndarray, rho: float = 0.2) -> tuple[int, int]:
+    """SPEC §6: l* = start of the trailing run of layers with SR strictly below the median
+    (l* = L when the last layer is not below it); window = [max(0, l* - w), l*) with
+    w = ceil(rho * L), or the last w layers when l* = L. Returns (start, end_exclusive)."""
+    values = np.asarray(curve, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0:
+        raise CalibrationError(
+            f"SR curve must be a non-empty 1-D sequence, got shape {values.shape}"
+        )
+    if not np.isfinite(values).all():
+        raise CalibrationError("SR curve contains NaN or inf")
+    if not (isinstance(rho, (int, float)) and 0.0 < rho <= 1.0):
+        raise CalibrationError(f"rho must be in (0, 1], got {rho!r}")
+    n_layers = values.size
+    median = float(np.median(values))
+    l_star = n_layers
+    while l_star > 0 and values[l_star - 1] < median:
+        l_star -= 1
+    width = math.ceil(rho * n_layers)
+    if l_star == n_layers:
+        return n_layers - width, n_layers
+    return max(0, l_star - width), l_star
+
+
+def build_profile(
+    encodings: Sequence[PageEncoding],
+    query_vectors: Sequence[np.ndarray],
+    model_id: str,
+    *,
+    ratio: float = 0.1,
+    rho: float = 0.2,
+) -> CalibrationProfile:
+    """Calibrate: SR curve at ``ratio`` over the pairs, window by `select_window`."""
+    curve = sr_curve(encodings, query_vectors, ratio)
+    start, end = select_window(curve, rho)
+    return CalibrationProfile(
+        model_id=model_id,
+        n_layers=int(curve.size),
+        window=tuple(range(start, end)),
+        sr_curve=tuple(float(v) for v in curve),
+        gamma=float(ratio),
+        rho=float(rho),
+        n_pairs=len(encodings),
+        source="calibrated",
+    )
+
+
+def plot_sr_curve(profile: CalibrationProfile, out_png: str | Path) -> Path:
+    """PNG of the per-layer SR curve with its median and the chosen window shaded."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    if profile.sr_curve is None:
+        raise CalibrationError(
+            f"profile for {profile.model_id!r} has no SR curve (built-in profiles do not); "
+            "calibrate with `vrag calibrate` to get one"
+        )
+    curve = np.asarray(profile.sr_curve)
+    layers = np.arange(curve.size)
+    fig = Figure(figsize=(7, 3.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axvspan(min(profile.window) - 0.5, max(profile.window) + 0.5, color="tab:orange",
+               alpha=0.25, label=f"window {min(profile.window)}..{max(profile.window)}")
+    ax.plot(layers, curve, marker="o", color="tab:blue", label="SR (single-layer SAP)")
+    ax.axhline(np.median(curve), color="gray", linestyle="--", linewidth=1, label="median")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel(f"Score Retention at γ = {profile.gamma:g}")
+    ax.set_title(f"{profile.model_id}: {profile.n_pairs} pairs, ρ = {profile.rho:g}")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationPair:
+    """One unlabeled calibration pair: a page image file and a query about it."""
+
+    image: Path
+    query: str
+
+
+def load_calibration_pairs(source: str | Path, limit: int | None = None) -> list[CalibrationPair]:
+    """Pairs from a BEIR folder (corpus.jsonl with "image" paths, queries.jsonl, qrels.tsv with a
+    header; each query with its first relevant page, in qrels order) or from a JSONL file of
+    ``{"image": path, "query": text}`` (paths relative to the file's folder)."""
+    source = Path(source)
+    if source.is_dir():
+        pairs = _beir_pairs(source)
+    elif source.is_file():
+        pairs = _jsonl_pairs(source)
+    else:
+        raise CalibrationError(f"calibration data not found: {source}")
+    if not pairs:
+        raise CalibrationError(f"no (image, query) pairs found in {source}")
+    for pair in pairs:
+        if not pair.image.is_file():
+            raise CalibrationError(f"image not found: {pair.image} (listed in {source})")
+    return pairs if limit is None else pairs[:limit]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"{path}:{number}: not valid JSON: {exc}") from exc
+        if not isinstance(row, dict):
+            raise CalibrationError(f"{path}:{number}: expected a JSON object")
+        rows.append(row)
+    return rows
+
+
+def _jsonl_pairs(path: Path) -> list[CalibrationPair]:
+    pairs = []
+    for number, row in enumerate(_read_jsonl(path), start=1):
+        if not isinstance(row.get("image"), str) or not isinstance(row.get("query"), str):
+            raise CalibrationError(
+                f"{path}: record {number} needs string fields 'image' and 'query', "
+                f"got {sorted(row)}"
+            )
+        pairs.append(CalibrationPair(path.parent / row["image"], row["query"]))
+    return pairs
+
+
+def _beir_pairs(folder: Path) -> list[CalibrationPair]:
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels.tsv"):
+        if not (folder / name).is_file():
+            raise CalibrationError(
+                f"{folder} is not a BEIR folder: {name} is missing "
+                "(need corpus.jsonl with 'image', queries.jsonl, qrels.tsv)"
+            )
+    images = {
+        str(row["_id"]): folder / row["image"]
+        for row in _read_jsonl(folder / "corpus.jsonl")
+        if "_id" in row and isinstance(row.get("image"), str)
+    }
+    queries = {
+        str(row["_id"]): row["text"]
+        for row in _read_jsonl(folder / "queries.jsonl")
+        if "_id" in row and isinstance(row.get("text"), str)
+    }
+    first: dict[str, str] = {}
+    with open(folder / "qrels.tsv", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        needed = {"query-id", "corpus-id", "score"}
+        if reader.fieldnames is None or not needed <= set(reader.fieldnames):
+            raise CalibrationError(
+                f"{folder / 'qrels.tsv'}: header must be query-id, corpus-id, score; "
+                f"got {reader.fieldnames}"
+            )
+        for line, row in enumerate(reader, start=2):
+            qid, did = row["query-id"], row["corpus-id"]
+            try:
+                score = float(row["score"])
+            except (TypeError, ValueError) as exc:
+                raise CalibrationError(
+                    f"{folder / 'qrels.tsv'}:{line}: score {row['score']!r} is not a number"
+                ) from exc
+            if score > 0 and did in images and qid not in first:
+                first[qid] = did
+    return [CalibrationPair(images[first[q]], text) for q, text in queries.items() if q in first]

@@ -1,0 +1,148 @@
+"""Shared helpers for the compressors: input validation, row normalisation, top-k, seeding.
+
+Every method validates its input the same way so that bad pages fail with the same clear message.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vrag_compress.compress.base import CompressedPage, CompressionError, budget
+from vrag_compress.encoders.base import PageEncoding
+
+UNIT_TOLERANCE = 1e-4
+
+
+def check_ratio(ratio: float) -> float:
+    """The keep ratio as a float in (0, 1], or a `CompressionError` saying how to fix it."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError) as exc:
+        raise CompressionError(f"ratio must be a number in (0, 1], got {ratio!r}") from exc
+    if not 0.0 < value <= 1.0 or not np.isfinite(value):
+        raise CompressionError(
+            f"ratio must be in (0, 1] (keep ratio; merge factor MF means ratio=1/MF), got {ratio!r}"
+        )
+    return value
+
+
+def check_page(page: PageEncoding, method: str, stats: str | None = None) -> None:
+    """Reject pages a compressor cannot use: not a PageEncoding, empty, NaN/inf, zero rows,
+    or missing the attention statistic ``stats`` ("centrality" or "eos_attention")."""
+    if not isinstance(page, PageEncoding):
+        raise CompressionError(
+            f"{method}: expected a PageEncoding, got {type(page).__name__}; "
+            "wrap arrays with PageEncoding(vectors, centrality=..., eos_attention=...)"
+        )
+    x = page.vectors
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise CompressionError(
+            f"{method}: page has shape {x.shape}; a page needs N >= 1 tokens and D >= 1"
+        )
+    squared = np.einsum("ij,ij->i", x, x)  # one pass finds NaN/inf (propagate) and zero rows
+    if not np.isfinite(squared).all():
+        row = int(np.flatnonzero(~np.isfinite(squared))[0])
+        raise CompressionError(f"{method}: page vector row {row} contains NaN or inf")
+    if not squared.all():
+        row = int(np.flatnonzero(squared == 0)[0])
+        raise CompressionError(
+            f"{method}: page vector row {row} is all zeros (padding?); drop padded rows first"
+        )
+    if stats is None:
+        return
+    value = getattr(page, stats)
+    if value is None:
+        raise CompressionError(
+            f"{method} needs attention statistics ({stats}) but the page has none; "
+            "encode with with_stats=True (the index does this when compressor.requires_stats)"
+        )
+    if not np.isfinite(value).all():
+        raise CompressionError(f"{method}: page {stats} contains NaN or inf")
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Float32 copy of ``x`` with L2-normalised rows; rows already unit are returned unchanged."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
+    if np.all(np.abs(norms - 1.0) <= UNIT_TOLERANCE):
+        return x.copy()
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest scores along the last axis (ties: lower index first), ascending.
+
+    Works on [N] or batched [..., N] scores in O(N): everything above the k-th largest value,
+    then the lowest-index tokens equal to it until k are taken.
+    """
+    scores = np.asarray(scores)
+    n = scores.shape[-1]
+    if k >= n:
+        return np.broadcast_to(np.arange(n), scores.shape).copy()
+    kth = -np.partition(-scores, k - 1, axis=-1)[..., k - 1 : k]
+    above = scores > kth
+    tied = scores == kth
+    room = k - above.sum(axis=-1, keepdims=True)
+    keep = above | (tied & (np.cumsum(tied, axis=-1) <= room))
+    return np.nonzero(keep)[-1].reshape(*scores.shape[:-1], k)
+
+
+def page_seed(seed: int, page: PageEncoding) -> np.random.Generator:
+    """A generator that depends on the seed and the page content only, so a page gets the same
+    draws whether it is compressed alone or inside any batch."""
+    digest = zlib.crc32(np.ascontiguousarray(page.vectors).view(np.uint8))
+    return np.random.default_rng([int(seed), page.n_tokens, digest])
+
+
+def pruned(page: PageEncoding, kept: np.ndarray) -> CompressedPage:
+    """The CompressedPage of a pruning method: the kept rows (sorted positions) of the page."""
+    kept = np.asarray(kept, dtype=np.int64)
+    return CompressedPage(vectors=unit_rows(page.vectors[kept]), kept=kept)
+
+
+def merged(vectors: np.ndarray, assignment: np.ndarray) -> CompressedPage:
+    """The CompressedPage of a merging method: representatives and each token's representative."""
+    return CompressedPage(vectors=unit_rows(vectors), assignment=np.asarray(assignment, np.int64))
+
+
+@dataclass(frozen=True)
+class BaseCompressor:
+    """Common behaviour: ``params`` from the dataclass fields, per-page ``compress_many``.
+
+    Subclasses are frozen dataclasses whose fields are exactly the parameters of
+    ``get_compressor(name, **params)``, so ``get_compressor(c.name, **c.params) == c``.
+    """
+
+    name: ClassVar[str] = "base"
+    stats: ClassVar[str | None] = None
+
+    @property
+    def requires_stats(self) -> bool:
+        """Whether pages need attention statistics (the index captures them when True)."""
+        return self.stats is not None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(self).items()}
+
+    def budget(self, n_tokens: int) -> int:
+        return budget(n_tokens, getattr(self, "ratio", 1.0))
+
+    def compress(self, page: PageEncoding) -> CompressedPage:
+        check_page(page, self.name, self.stats)
+        return self._compress(page)
+
+    def compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        for page in pages:
+            check_page(page, self.name, self.stats)
+        return self._compress_many(list(pages))
+
+    def _compress(self, page: PageEncoding) -> CompressedPage:
+        raise NotImplementedError
+
+    def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        return [self._compress(page) for page in pages]

@@ -1,0 +1,114 @@
+"""SAP, Structural Anchor Pruning (SPEC §4): keep the tokens with the highest mean visual
+in-degree over a window of middle decoder layers."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from vrag_compress.compress.base import CompressedPage, CompressionError
+from vrag_compress.compress.common import BaseCompressor, check_ratio, pruned, top_k_positions
+from vrag_compress.compress.profiles import CalibrationProfile, fallback_window, resolve_profile
+from vrag_compress.encoders.base import PageEncoding
+
+
+def sap_scores(centrality: np.ndarray, window: Sequence[int]) -> np.ndarray:
+    """``s_j = mean_{l in W} S^(l)_j`` (float64) for [L, N] or batched [B, L, N] centrality."""
+    return centrality[..., list(window), :].mean(axis=-2, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class SAPCompressor(BaseCompressor):
+    """Top-k tokens by mean centrality over ``layers``.
+
+    layers: explicit 0-based window; else ``profile`` (built-in name, model id, JSON path, dict);
+    else the SPEC §4 fallback window from each page's layer count (with a warning).
+    n_layers: when known (from a profile), pages with another layer count are rejected.
+    """
+
+    name: ClassVar[str] = "sap"
+    stats: ClassVar[str | None] = "centrality"
+
+    ratio: float = 0.1
+    layers: tuple[int, ...] | None = None
+    n_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ratio", check_ratio(self.ratio))
+        if self.layers is not None:
+            layers = tuple(int(layer) for layer in self.layers)
+            if not layers:
+                raise CompressionError("sap: layers is empty; pass at least one decoder layer")
+            if min(layers) < 0:
+                raise CompressionError(f"sap: layers must be 0-based and >= 0, got {list(layers)}")
+            if len(set(layers)) != len(layers):
+                raise CompressionError(f"sap: layers has duplicates: {list(layers)}")
+            object.__setattr__(self, "layers", layers)
+
+    @classmethod
+    def create(
+        cls,
+        ratio: float = 0.1,
+        layers: list[int] | tuple[int, ...] | None = None,
+        profile: str | Path | dict | CalibrationProfile | None = None,
+        n_layers: int | None = None,
+    ) -> SAPCompressor:
+        """Build from explicit layers or a profile (a profile fixes both window and layer count)."""
+        if profile is not None:
+            prof = resolve_profile(profile)
+            if layers is not None and tuple(layers) != prof.window:
+                raise CompressionError(
+                    f"sap: layers {list(layers)} disagree with the profile window "
+                    f"{list(prof.window)}; pass one of them"
+                )
+            if n_layers is not None and n_layers != prof.n_layers:
+                raise CompressionError(
+                    f"sap: n_layers={n_layers} disagrees with the profile ({prof.n_layers})"
+                )
+            return cls(ratio=ratio, layers=prof.window, n_layers=prof.n_layers)
+        return cls(ratio=ratio, layers=None if layers is None else tuple(layers), n_layers=n_layers)
+
+    def window_for(self, n_layers: int) -> tuple[int, ...]:
+        """The layer window used on a page with ``n_layers`` decoder layers (validated)."""
+        if self.n_layers is not None and n_layers != self.n_layers:
+            raise CompressionError(
+                f"sap: the profile is for {self.n_layers} decoder layers but the page has "
+                f"{n_layers}; use the profile of this model or calibrate it (vrag calibrate)"
+            )
+        if self.layers is None:
+            window = fallback_window(n_layers)
+            warnings.warn(
+                f"sap: no layer window given; using the uncalibrated fallback {list(window)} "
+                f"for {n_layers} layers (SPEC §4). Calibrate with `vrag calibrate`.",
+                stacklevel=4,
+            )
+            return window
+        if max(self.layers) >= n_layers:
+            raise CompressionError(
+                f"sap: window {list(self.layers)} is outside the page's decoder layers "
+                f"0..{n_layers - 1}; pass layers within range or the model's profile"
+            )
+        return self.layers
+
+    def _compress(self, page: PageEncoding) -> CompressedPage:
+        return self._compress_many([page])[0]
+
+    def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        """Pages with the same (L, N) go through one vectorised score + argsort."""
+        out: list[CompressedPage | None] = [None] * len(pages)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, page in enumerate(pages):
+            groups.setdefault(page.centrality.shape, []).append(i)
+        for (n_layers, n_tokens), idx in groups.items():
+            window = self.window_for(n_layers)
+            rows = list(window)
+            stats = np.stack([pages[i].centrality[rows] for i in idx])
+            kept = top_k_positions(sap_scores(stats, range(len(rows))), self.budget(n_tokens))
+            for row, i in enumerate(idx):
+                out[i] = pruned(pages[i], kept[row])
+        return out  # type: ignore[return-value]

@@ -1,0 +1,193 @@
+"""Records, errors and the `MultiVectorStore` protocol every store backend implements.
+
+The protocol is what `VisualIndex` talks to, so a scale-out backend (e.g. Qdrant) can replace the
+embedded `LocalStore` without touching the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+SearchMode = Literal["auto", "exact", "two_stage"]
+
+
+class StoreError(Exception):
+    """Any store failure: bad input, bad state, bad files."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """No store at the given path."""
+
+
+class StoreExistsError(StoreError, FileExistsError):
+    """`create` was pointed at a path that already holds something."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (or another handle in this one) holds the writer lock."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write was attempted through a store opened with ``readonly=True``."""
+
+
+class StoreClosedError(StoreError):
+    """The store handle was used after `close()`."""
+
+
+class StoreConfigMismatch(StoreError):
+    """The stored index configuration differs from what the caller expects.
+
+    ``differences`` maps each differing key to ``(stored, expected)``.
+    """
+
+    def __init__(self, path: str, differences: dict[str, tuple[Any, Any]]):
+        self.path = path
+        self.differences = differences
+        detail = "; ".join(
+            f"{k}: stored {s!r}, expected {e!r}" for k, (s, e) in differences.items()
+        )
+        super().__init__(
+            f"store {path} was built with a different configuration ({detail}); "
+            "open it with a matching model/dimension or build a new store"
+        )
+
+
+class StoreCorruptError(StoreError):
+    """A catalog or segment file is damaged; ``file`` names it."""
+
+    def __init__(self, file: str, detail: str):
+        self.file = file
+        self.detail = detail
+        super().__init__(
+            f"store file {file} is damaged: {detail}. Run verify() for a full report; "
+            "restore it from a backup or rebuild the store"
+        )
+
+
+class PageNotFoundError(StoreError, KeyError):
+    """`get` was asked for page ids the store does not hold."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicatePageError(StoreError):
+    """`add` was given page ids that already exist (use `upsert`) or repeats within one call."""
+
+
+@dataclass
+class PageRecord:
+    """One stored page: its multi-vector embedding ([k, D] float32; stored as fp16) and metadata."""
+
+    page_id: str
+    doc_id: str
+    page_no: int
+    vectors: np.ndarray
+    metadata: dict[str, Any] = field(default_factory=dict)
+    image_ref: str | None = None
+    text: str | None = None
+
+
+@dataclass
+class DocumentRecord:
+    """One source document; ``complete`` marks that all its pages were stored."""
+
+    doc_id: str
+    source: str | None = None
+    content_hash: str | None = None
+    n_pages: int | None = None
+    complete: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    """One hit: ids, MaxSim score and the page's stored metadata."""
+
+    page_id: str
+    doc_id: str
+    page_no: int
+    score: float
+    metadata: dict[str, Any]
+    image_ref: str | None = None
+    text: str | None = None
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of `verify()`: ``ok`` is False when ``problems`` is non-empty.
+
+    ``notes`` lists harmless findings (torn tails left by a crash, orphan files a writer removes).
+    """
+
+    ok: bool
+    problems: list[str]
+    pages: int
+    documents: int = 0
+    segments: int = 0
+    live_bytes: int = 0
+    dead_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class MultiVectorStore(Protocol):
+    """Stores multi-vector pages and answers MaxSim queries over them."""
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    def update_config(self, **changes: Any) -> None: ...
+
+    def add(
+        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()
+    ) -> None: ...
+
+    def upsert(
+        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()
+    ) -> None: ...
+
+    def put_document(self, doc: DocumentRecord) -> None: ...
+
+    def delete(
+        self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None
+    ) -> int: ...
+
+    def get(self, page_ids: Sequence[str]) -> list[PageRecord]: ...
+
+    def count(self) -> int: ...
+
+    def documents(self) -> list[DocumentRecord]: ...
+
+    def document(self, doc_id: str) -> DocumentRecord | None: ...
+
+    def page_ids(self, doc_id: str | None = None) -> list[str]: ...
+
+    def search(
+        self,
+        query: np.ndarray,
+        k: int = 5,
+        *,
+        filter: dict[str, Any] | None = None,
+        mode: SearchMode = "auto",
+    ) -> list[SearchResult]: ...
+
+    def search_many(
+        self,
+        queries: Sequence[np.ndarray],
+        k: int = 5,
+        *,
+        filter: dict[str, Any] | None = None,
+        mode: SearchMode = "auto",
+    ) -> list[list[SearchResult]]: ...
+
+    def compact(self) -> None: ...
+
+    def verify(self) -> VerifyReport: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,111 @@
+"""Batched exact MaxSim over a concatenated token matrix (no per-page Python loop).
+
+Pages are contiguous row ranges of one ``[T, D]`` matrix described by ``bounds`` (``P + 1``
+ascending row offsets). One BLAS product per chunk scores every query token against every page
+token, then ``np.maximum.reduceat`` takes each page's max per query token and ``np.add.reduceat``
+sums over each query's tokens. Chunks bound the temporary ``[M, chunk]`` score matrix and let fp16
+storage be converted to fp32 a slice at a time. BLAS threads the product; ``threads > 1`` also
+runs chunks on a thread pool (numpy releases the GIL in the product and the reductions), which
+only pays when BLAS itself runs single-threaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+SCORE_BUDGET = 1 << 26  # floats in one temporary [M, chunk] score block (256 MB)
+FP16_CHUNK_TOKENS = 1 << 18  # rows converted to fp32 at a time when the matrix is fp16
+
+
+def auto_chunk(query_rows: int, dtype: np.dtype) -> int:
+    """Page-chunk size in tokens: as large as the score budget allows (one big BLAS call is
+    fastest, measured here), smaller when fp16 rows must be converted to fp32 first."""
+    chunk = max(8192, SCORE_BUDGET // max(1, query_rows))
+    return min(chunk, FP16_CHUNK_TOKENS) if dtype != np.float32 else chunk
+
+
+def stack_queries(queries: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate queries into one fp32 matrix plus each query's first row."""
+    lengths = np.array([q.shape[0] for q in queries], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.ascontiguousarray(np.concatenate(queries, axis=0), dtype=np.float32), starts
+
+
+def page_chunks(bounds: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]]:
+    """Split pages ``[0, P)`` into runs of whole pages holding about ``chunk_tokens`` rows each."""
+    n_pages = len(bounds) - 1
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    while start < n_pages:
+        limit = bounds[start] + chunk_tokens
+        end = int(np.searchsorted(bounds, limit, side="right")) - 1
+        end = min(max(end, start + 1), n_pages)
+        chunks.append((start, end))
+        start = end
+    return chunks
+
+
+def _score_chunk(
+    q: np.ndarray, q_starts: np.ndarray, tokens: np.ndarray, bounds: np.ndarray, p0: int, p1: int
+) -> np.ndarray:
+    rows = tokens[bounds[p0] : bounds[p1]]
+    if rows.dtype != np.float32:
+        rows = rows.astype(np.float32)
+    sims = q @ rows.T  # [M_total, rows]
+    per_token = np.maximum.reduceat(sims, bounds[p0:p1] - bounds[p0], axis=1)  # [M_total, pages]
+    return np.add.reduceat(per_token, q_starts, axis=0)  # [Q, pages]
+
+
+def maxsim_scores(
+    queries: Sequence[np.ndarray],
+    tokens: np.ndarray,
+    bounds: np.ndarray,
+    *,
+    chunk_tokens: int | None = None,
+    threads: int = 1,
+) -> np.ndarray:
+    """``[Q, P]`` MaxSim of each query against each page of ``tokens`` split by ``bounds``."""
+    n_pages = len(bounds) - 1
+    q, q_starts = stack_queries(queries)
+    out = np.empty((len(queries), n_pages), dtype=np.float32)
+    if n_pages == 0:
+        return out
+    chunks = page_chunks(bounds, chunk_tokens or auto_chunk(len(q), tokens.dtype))
+
+    def run(chunk: tuple[int, int]) -> None:
+        out[:, chunk[0] : chunk[1]] = _score_chunk(q, q_starts, tokens, bounds, *chunk)
+
+    if threads <= 1 or len(chunks) == 1:
+        for chunk in chunks:
+            run(chunk)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(run, chunks))
+    return out
+
+
+def gather_pages(bounds: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the selected pages (in the given order) and their new ``bounds``."""
+    starts = bounds[pages]
+    lengths = bounds[pages + 1] - starts
+    new_bounds = np.zeros(len(pages) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_bounds[1:])
+    rows = np.repeat(starts - new_bounds[:-1], lengths) + np.arange(new_bounds[-1], dtype=np.int64)
+    return rows, new_bounds
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` best scores, best first; ties go to the lower position."""
+    n = len(scores)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        idx = np.flatnonzero(scores >= kth)
+    else:
+        idx = np.arange(n)
+    order = np.lexsort((idx, -scores[idx]))
+    return idx[order][:k]

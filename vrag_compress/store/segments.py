@@ -1,0 +1,86 @@
+"""Append-only fp16 segment files: raw little-endian rows of D halves, nothing else.
+
+A segment only ever grows by appends followed by fsync; bytes past the length the catalog has
+committed are a torn tail (a crash between the append and the commit) and are never read. Segment
+ids are never reused, so a reader's memory map of an old segment can never alias a new file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from vrag_compress.store.base import StoreCorruptError
+
+DTYPE = np.dtype("<f2")
+SEGMENT_DIR = "segments"
+_NAME = re.compile(r"^seg-(\d{8})\.f16$")
+
+
+def segment_path(root: Path, segment_id: int) -> Path:
+    return root / SEGMENT_DIR / f"seg-{segment_id:08d}.f16"
+
+
+def list_segment_files(root: Path) -> dict[int, Path]:
+    """Segment files on disk by id (whether or not the catalog knows them)."""
+    found = {}
+    for entry in (root / SEGMENT_DIR).iterdir():
+        match = _NAME.match(entry.name)
+        if match:
+            found[int(match.group(1))] = entry
+    return found
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a file creation or removal in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append(path: Path, expected_size: int, data: bytes) -> None:
+    """Append ``data`` at ``expected_size`` (dropping any torn tail first), then fsync."""
+    existed = path.exists()
+    with open(path, "ab") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size < expected_size:
+            raise StoreCorruptError(str(path), f"is {size} bytes, catalog expects {expected_size}")
+        if size > expected_size:
+            handle.truncate(expected_size)
+            handle.seek(expected_size)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if not existed:
+        fsync_dir(path.parent)
+
+
+def drop_tail(path: Path, committed_bytes: int) -> int:
+    """Truncate bytes past the committed length; returns how many were dropped."""
+    size = path.stat().st_size
+    if size > committed_bytes:
+        os.truncate(path, committed_bytes)
+        return size - committed_bytes
+    return 0
+
+
+def open_rows(path: Path, rows: int, dim: int) -> np.ndarray:
+    """Read-only memory map of the first ``rows`` committed rows (a corrupt error if too short)."""
+    need = rows * dim * DTYPE.itemsize
+    size = path.stat().st_size
+    if size < need:
+        raise StoreCorruptError(str(path), f"is {size} bytes, catalog expects at least {need}")
+    if rows == 0:
+        return np.empty((0, dim), dtype=DTYPE)
+    return np.memmap(path, dtype=DTYPE, mode="r", shape=(rows, dim))
+
+
+def vectors_crc(vectors: np.ndarray) -> int:
+    """CRC32 of the stored fp16 bytes of one page."""
+    return zlib.crc32(np.ascontiguousarray(vectors, dtype=DTYPE).data)

@@ -1,0 +1,145 @@
+"""Input validation for every store call: ids, page numbers, metadata, vectors and queries.
+
+Everything is checked before a single byte is written, so a bad record never leaves a partial
+batch behind, and every error names the record and field and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store.base import DocumentRecord, PageRecord, StoreError
+
+MAX_ID_LEN = 1024
+MAX_VECTORS_PER_PAGE = 65535  # token labels in the FAISS index reserve 16 bits for the row
+FP16_MAX = 65504.0
+
+
+class StoreInputError(StoreError, ValueError):
+    """A record or query that the store refuses; the message says what and where."""
+
+
+def check_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise StoreInputError(f"{what} must be a non-empty str, got {value!r}")
+    if len(value) > MAX_ID_LEN or "\x00" in value:
+        raise StoreInputError(f"{what} must be at most {MAX_ID_LEN} chars without NUL: {value!r}")
+    return value
+
+
+def check_optional_str(value: Any, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise StoreInputError(f"{what} must be a str or None, got {type(value).__name__}")
+    return value
+
+
+def metadata_json(value: Any, what: str) -> str:
+    """Canonical JSON for a metadata dict (str keys, finite numbers)."""
+    if not isinstance(value, dict):
+        raise StoreInputError(f"{what} must be a dict, got {type(value).__name__}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise StoreInputError(f"{what} keys must be str, got {bad[:3]!r}")
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StoreInputError(
+            f"{what} must be JSON-serialisable with finite numbers: {exc}"
+        ) from exc
+
+
+def check_vectors(vectors: Any, dim: int, what: str) -> np.ndarray:
+    """A [k, dim] finite float array within fp16 range, returned as fp16 for storage."""
+    if not isinstance(vectors, np.ndarray):
+        raise StoreInputError(f"{what} must be a numpy array, got {type(vectors).__name__}")
+    if vectors.dtype.kind != "f":
+        raise StoreInputError(f"{what} must be a float array, got dtype {vectors.dtype}")
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise StoreInputError(f"{what} must have shape [k, {dim}], got {list(vectors.shape)}")
+    if not 1 <= vectors.shape[0] <= MAX_VECTORS_PER_PAGE:
+        raise StoreInputError(
+            f"{what} must have 1..{MAX_VECTORS_PER_PAGE} rows, got {vectors.shape[0]}; "
+            "skip empty pages before storing them"
+        )
+    if not np.isfinite(vectors).all():
+        raise StoreInputError(f"{what} contains NaN or inf")
+    if np.abs(vectors).max() > FP16_MAX:
+        raise StoreInputError(f"{what} has values beyond the fp16 range (|x| > {FP16_MAX})")
+    return vectors.astype("<f2")
+
+
+def check_page(page: Any, dim: int, index: int) -> PageRecord:
+    if not isinstance(page, PageRecord):
+        raise StoreInputError(f"pages[{index}] must be a PageRecord, got {type(page).__name__}")
+    where = f"pages[{index}] ({page.page_id!r})"
+    check_id(page.page_id, f"pages[{index}].page_id")
+    check_id(page.doc_id, f"{where}.doc_id")
+    if isinstance(page.page_no, bool) or not isinstance(page.page_no, (int, np.integer)):
+        raise StoreInputError(f"{where}.page_no must be an int, got {page.page_no!r}")
+    if page.page_no < 1:
+        raise StoreInputError(f"{where}.page_no must be >= 1 (page numbers are 1-based)")
+    check_optional_str(page.image_ref, f"{where}.image_ref")
+    check_optional_str(page.text, f"{where}.text")
+    return page
+
+
+def check_document(doc: Any, index: int | None = None) -> DocumentRecord:
+    where = "document" if index is None else f"documents[{index}]"
+    if not isinstance(doc, DocumentRecord):
+        raise StoreInputError(f"{where} must be a DocumentRecord, got {type(doc).__name__}")
+    check_id(doc.doc_id, f"{where}.doc_id")
+    check_optional_str(doc.source, f"{where}.source")
+    check_optional_str(doc.content_hash, f"{where}.content_hash")
+    if doc.n_pages is not None and (
+        isinstance(doc.n_pages, bool) or not isinstance(doc.n_pages, int) or doc.n_pages < 0
+    ):
+        raise StoreInputError(f"{where}.n_pages must be a non-negative int or None")
+    if not isinstance(doc.complete, bool):
+        raise StoreInputError(f"{where}.complete must be a bool, got {doc.complete!r}")
+    return doc
+
+
+def check_unique(ids: Sequence[str], what: str) -> None:
+    seen: set[str] = set()
+    repeated = {i for i in ids if i in seen or seen.add(i)}
+    if repeated:
+        raise StoreInputError(f"{what} repeats ids within one call: {sorted(repeated)[:5]}")
+
+
+def check_query(query: Any, dim: int, what: str = "query") -> np.ndarray:
+    """A [M, dim] finite float query as C-contiguous float32."""
+    if not isinstance(query, np.ndarray) or query.dtype.kind != "f":
+        got = query.dtype if isinstance(query, np.ndarray) else type(query).__name__
+        raise StoreInputError(f"{what} must be a float numpy array, got {got}")
+    if query.ndim != 2 or query.shape[1] != dim or query.shape[0] < 1:
+        raise StoreInputError(f"{what} must have shape [M>=1, {dim}], got {list(query.shape)}")
+    if not np.isfinite(query).all():
+        raise StoreInputError(f"{what} contains NaN or inf (drop padded query rows first)")
+    return np.ascontiguousarray(query, dtype=np.float32)
+
+
+def check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise StoreInputError(f"k must be a positive int, got {k!r}")
+    return int(k)
+
+
+def check_dim(config: dict[str, Any]) -> int:
+    dim = config.get("dim")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise StoreInputError(f"config['dim'] must be a positive int, got {dim!r}")
+    return dim
+
+
+def check_config(config: Any) -> dict[str, Any]:
+    """A JSON-serialisable dict with ``dim`` and a non-empty ``model_id``."""
+    if not isinstance(config, dict):
+        raise StoreInputError(f"config must be a dict, got {type(config).__name__}")
+    check_dim(config)
+    check_id(config.get("model_id"), "config['model_id']")
+    metadata_json(config, "config")
+    return json.loads(json.dumps(config))
