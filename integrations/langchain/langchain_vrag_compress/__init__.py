@@ -1,0 +1,23 @@
+"""LangChain integration for vrag-compress: visual page retrieval over compressed Col* indexes."""
+
+from langchain_vrag_compress.document_loaders import PDFPageLoader
+from langchain_vrag_compress.qa import (
+    DEFAULT_SYSTEM_PROMPT,
+    citations,
+    create_visual_qa_chain,
+    pages_to_message,
+)
+from langchain_vrag_compress.retrievers import CompressedColPaliRetriever
+from langchain_vrag_compress.vectorstores import EmbeddingsEncoder, VragStoreError, VragVectorStore
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "CompressedColPaliRetriever",
+    "EmbeddingsEncoder",
+    "PDFPageLoader",
+    "VragStoreError",
+    "VragVectorStore",
+    "citations",
+    "create_visual_qa_chain",
+    "pages_to_message",
+]

@@ -1,0 +1,109 @@
+"""Index hits and stored pages as LangChain `Document`s, and page images as base64.
+
+Two kinds of entries live in a `VisualIndex` reached through LangChain: *pages* (a page image
+encoded by the Col* model; `page_content` is the PDF text layer) and *texts* (added with
+`add_texts`/`add_documents`; their metadata must round-trip exactly, so a reserved key marks them
+and is stripped again on the way out).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from typing import Any
+
+from langchain_core.documents import Document
+from PIL import Image
+from vrag_compress.index import Hit, VisualIndex
+from vrag_compress.store import PageRecord
+
+KIND_KEY = "_vrag_kind"
+TEXT_KIND = "text"
+IMAGE_FORMATS = {
+    "jpeg": ("JPEG", "image/jpeg"),
+    "png": ("PNG", "image/png"),
+    "webp": ("WEBP", "image/webp"),
+}
+
+
+def entry_doc_id(entry_id: str) -> str:
+    """A file-system-safe document id for a LangChain id (page images are stored under it)."""
+    return "lc-" + hashlib.sha256(entry_id.encode()).hexdigest()[:16]
+
+
+def encode_image(
+    image: Image.Image, image_format: str = "jpeg", max_side: int | None = 1024
+) -> tuple[str, str]:
+    """``(base64, mime_type)`` of a page image, downsized so its longer side is ``max_side``."""
+    if image_format not in IMAGE_FORMATS:
+        raise ValueError(
+            f"image_format {image_format!r} is not supported; use one of {sorted(IMAGE_FORMATS)}"
+        )
+    pil_format, mime = IMAGE_FORMATS[image_format]
+    copy = image.convert("RGB")
+    if max_side:
+        copy.thumbnail((max_side, max_side))
+    buffer = io.BytesIO()
+    copy.save(buffer, pil_format)
+    return base64.b64encode(buffer.getvalue()).decode("ascii"), mime
+
+
+def record_hit(index: VisualIndex, record: PageRecord) -> Hit:
+    """A scoreless `Hit` for a stored page, so stored pages and search results convert alike."""
+    metadata = dict(record.metadata or {})
+    return Hit(
+        doc_id=record.doc_id,
+        page_no=record.page_no,
+        score=float("nan"),
+        source=metadata.get("source"),
+        metadata=metadata,
+        text=record.text,
+        page_id=record.page_id,
+        _assets=index.assets,
+        _image_ref=record.image_ref,
+    )
+
+
+def hit_to_document(
+    hit: Hit,
+    *,
+    with_score: bool = True,
+    image_base64: bool = False,
+    image_format: str = "jpeg",
+    image_max_side: int | None = 1024,
+) -> Document:
+    """A `Document` for one hit: texts come back as added; pages carry page, source and image."""
+    metadata = dict(hit.metadata)
+    if metadata.pop(KIND_KEY, None) == TEXT_KIND:
+        if with_score:
+            metadata["score"] = hit.score
+        return Document(id=hit.page_id, page_content=hit.text or "", metadata=metadata)
+    path = hit.image_path
+    metadata.update(
+        doc_id=hit.doc_id,
+        page=hit.page_no,
+        page_id=hit.page_id,
+        source=hit.source,
+        image_path=str(path) if path else None,
+    )
+    if with_score:
+        metadata["score"] = hit.score
+    if image_base64:
+        data, mime = encode_image(hit.image, image_format, image_max_side)
+        metadata.update(image_base64=data, image_mime_type=mime)
+    return Document(id=hit.page_id, page_content=hit.text or "", metadata=metadata)
+
+
+def page_image_base64(
+    document: Document, image_format: str = "jpeg", max_side: int | None = 1024
+) -> tuple[str, str] | None:
+    """The page image of a retrieved or loaded `Document` as base64, or None for text entries."""
+    metadata: dict[str, Any] = document.metadata
+    if metadata.get("image_base64"):
+        return metadata["image_base64"], metadata.get("image_mime_type", "image/jpeg")
+    path = metadata.get("image_path")
+    if not path:
+        return None
+    with Image.open(path) as image:
+        return encode_image(image, image_format, max_side)

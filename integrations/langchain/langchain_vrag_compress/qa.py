@@ -1,0 +1,145 @@
+"""Multimodal question answering over retrieved pages: prompt builder, citations, LCEL chain.
+
+The chain is ``question -> retrieve pages -> [system, *history, HumanMessage(page images +
+question)] -> chat model -> {"answer", "citations", ...}``. Pages are numbered [1]..[k] in the
+prompt; the model is asked to cite those numbers and `citations` maps them back to pages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.documents import Document
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+
+from langchain_vrag_compress._documents import page_image_base64
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You answer questions about document pages, shown to you as numbered page images. "
+    "Use only what the pages show. Cite every page you use by its number in square brackets, "
+    "e.g. [1] or [2][3]. If the pages do not contain the answer, say so."
+)
+
+BlockStyle = Literal["standard", "openai"]
+_CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+
+
+def page_label(document: Document) -> str:
+    """A short human-readable name for a retrieved page: ``report.pdf, page 3``."""
+    meta = document.metadata
+    name = meta.get("filename") or meta.get("source") or meta.get("doc_id") or document.id
+    page = meta.get("page")
+    return f"{name}, page {page}" if page is not None else str(name)
+
+
+def _image_block(data: str, mime: str, style: BlockStyle) -> dict[str, Any]:
+    if style == "openai":
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+    return {"type": "image", "base64": data, "mime_type": mime}
+
+
+def pages_to_message(
+    question: str,
+    documents: Sequence[Document],
+    *,
+    include_text: bool = False,
+    block_style: BlockStyle = "standard",
+    image_format: str = "jpeg",
+    image_max_side: int | None = 1024,
+) -> HumanMessage:
+    """One `HumanMessage`: per page a ``[n] label`` text block and its image, then the question.
+
+    Images come from `image_base64` in the metadata (retriever with `include_image_base64`) or are
+    read from `image_path`. Entries without an image (plain texts) contribute their text.
+    ``block_style="standard"`` emits LangChain v1 image blocks; ``"openai"`` emits ``image_url``
+    data URLs for providers that only take those. ``include_text`` adds each page's text layer.
+    """
+    if block_style not in ("standard", "openai"):
+        raise ValueError(f"block_style must be 'standard' or 'openai', got {block_style!r}")
+    blocks: list[str | dict[str, Any]] = []
+    for number, document in enumerate(documents, start=1):
+        blocks.append({"type": "text", "text": f"[{number}] {page_label(document)}"})
+        image = page_image_base64(document, image_format, image_max_side)
+        if image is not None:
+            blocks.append(_image_block(*image, block_style))
+        if image is None or (include_text and document.page_content):
+            blocks.append({"type": "text", "text": document.page_content})
+    blocks.append({"type": "text", "text": f"Question: {question}"})
+    return HumanMessage(content=blocks)
+
+
+def cited_numbers(answer: str) -> list[int]:
+    """Page numbers cited as ``[n]`` or ``[n, m]`` in an answer, in first-mention order."""
+    numbers: dict[int, None] = {}
+    for match in _CITATION.finditer(answer):
+        for part in match.group(1).split(","):
+            numbers[int(part)] = None
+    return list(numbers)
+
+
+def citations(answer: str, documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """The pages an answer cites; numbers outside 1..len(documents) are ignored."""
+    out = []
+    for number in cited_numbers(answer):
+        if 1 <= number <= len(documents):
+            meta = documents[number - 1].metadata
+            out.append(
+                {
+                    "ref": number,
+                    "label": page_label(documents[number - 1]),
+                    "source": meta.get("source"),
+                    "page": meta.get("page"),
+                    "doc_id": meta.get("doc_id"),
+                    "page_id": documents[number - 1].id,
+                    "score": meta.get("score"),
+                }
+            )
+    return out
+
+
+def _as_input(value: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"question": value}
+    if "question" not in value:
+        raise ValueError(f"the chain input needs a 'question' key, got keys {sorted(value)}")
+    return value
+
+
+def create_visual_qa_chain(
+    retriever: BaseRetriever,
+    llm: BaseChatModel,
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    history_key: str = "history",
+    **message_options: Any,
+) -> Runnable:
+    """LCEL chain: a question (str, or dict with ``question`` and optional ``history``) in,
+    ``{"question", "answer", "citations", "documents"}`` out.
+
+    ``history`` is a list of earlier messages placed between the system prompt and the new
+    multimodal question (see `RunnableWithMessageHistory` in the README for a chatbot).
+    ``message_options`` go to `pages_to_message`.
+    """
+
+    def build_messages(state: dict[str, Any]) -> list[BaseMessage]:
+        history: list[BaseMessage] = list(state.get(history_key) or [])
+        question = pages_to_message(state["question"], state["documents"], **message_options)
+        return [SystemMessage(content=system_prompt), *history, question]
+
+    def attach_citations(state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "citations": citations(state["answer"], state["documents"])}
+
+    retrieve = RunnableLambda(lambda state: state["question"]) | retriever
+    answer = RunnableLambda(build_messages) | llm | StrOutputParser()
+    return (
+        RunnableLambda(_as_input)
+        | RunnablePassthrough.assign(documents=retrieve)
+        | RunnablePassthrough.assign(answer=answer)
+        | RunnableLambda(attach_citations)
+    ).with_config(run_name="VisualQAChain")

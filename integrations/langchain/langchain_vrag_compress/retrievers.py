@@ -1,0 +1,97 @@
+"""`CompressedColPaliRetriever`: a `VisualIndex` as a LangChain retriever (sync and async)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
+from pydantic import ConfigDict, Field
+from vrag_compress.encoders.base import Encoder
+from vrag_compress.index import VisualIndex
+
+from langchain_vrag_compress._documents import hit_to_document
+
+# LangChain forwards every invoke kwarg; `verbose` is its own and means nothing to a search.
+_IGNORED_KWARGS = frozenset({"verbose"})
+
+
+class CompressedColPaliRetriever(BaseRetriever):
+    """Retrieves document pages by exact MaxSim over a compressed Col* index.
+
+    Each `Document` is one page: `page_content` is the PDF text layer (may be empty for scans);
+    metadata holds `score`, `page` (1-based), `doc_id`, `page_id`, `source`, `filename`,
+    `image_path`, the metadata given at indexing time and, with `include_image_base64`,
+    `image_base64` + `image_mime_type` ready for a multimodal prompt.
+
+    `k`, `filter` and `include_image_base64` are fields and can be overridden per call:
+    ``retriever.invoke("query", k=2, filter={"year": {"$gte": 2020}})``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: VisualIndex
+    k: int = Field(default=4, ge=1)
+    filter: dict[str, Any] | None = None
+    include_image_base64: bool = False
+    image_format: str = "jpeg"
+    image_max_side: int | None = 1024
+    search_mode: str = "auto"
+
+    @classmethod
+    def from_path(
+        cls, path: str | Path, *, encoder: Encoder | None = None, **kwargs: Any
+    ) -> CompressedColPaliRetriever:
+        """Open an index folder read-only (no writer lock) and wrap it."""
+        index = VisualIndex.open(path, encoder=encoder, readonly=True)
+        return cls(index=index, **kwargs)
+
+    def _search(
+        self,
+        query: str,
+        k: int | None = None,
+        filter: dict[str, Any] | None = None,
+        include_image_base64: bool | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        unknown = set(kwargs) - _IGNORED_KWARGS
+        if unknown:
+            raise TypeError(
+                f"CompressedColPaliRetriever got unknown search arguments {sorted(unknown)}; "
+                "it accepts k, filter and include_image_base64"
+            )
+        k = self.k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        hits = self.index.search(
+            query, k=k, filter=self.filter if filter is None else filter, mode=self.search_mode
+        )
+        with_image = (
+            self.include_image_base64 if include_image_base64 is None else (include_image_base64)
+        )
+        return [
+            hit_to_document(
+                hit,
+                image_base64=with_image,
+                image_format=self.image_format,
+                image_max_side=self.image_max_side,
+            )
+            for hit in hits
+        ]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return self._search(query, **kwargs)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        # Encoding and MaxSim are CPU/GPU-bound: keep them off the event loop.
+        return await run_in_executor(None, self._search, query, **kwargs)

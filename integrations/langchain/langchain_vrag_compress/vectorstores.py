@@ -1,0 +1,400 @@
+"""`VragVectorStore`: a `VisualIndex` behind LangChain's `VectorStore` interface.
+
+Pages are multi-vectors scored by MaxSim. Text entries fit the same store: with a text
+`Embeddings` object each text (and query) is a one-token multi-vector, so MaxSim reduces to the
+cosine similarity of ordinary dense retrieval; without one, texts go through the Col* model's
+text tower. Page images always go through the index's Col* encoder and compressor.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+from PIL import Image
+from vrag_compress.compress import get_compressor
+from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.index import Hit, VisualIndex
+from vrag_compress.ingest import open_document
+from vrag_compress.store import DocumentRecord, PageRecord
+
+from langchain_vrag_compress._documents import (
+    KIND_KEY,
+    TEXT_KIND,
+    entry_doc_id,
+    hit_to_document,
+    record_hit,
+)
+
+log = logging.getLogger(__name__)
+
+ImageInput = str | Path | Image.Image
+
+
+class VragStoreError(ValueError):
+    """A `VragVectorStore` call that cannot work as asked; the message says how to fix it."""
+
+
+class EmbeddingsEncoder:
+    """Adapts a LangChain text `Embeddings` to the `Encoder` protocol: one vector per text.
+
+    It lets an index be created for text embeddings; it cannot encode page images.
+    """
+
+    n_layers = 0
+
+    def __init__(self, embedding: Embeddings) -> None:
+        self.embedding = embedding
+        self.model_id = embeddings_model_id(embedding)
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(len(self.embedding.embed_query("dimension probe")))
+        return self._dim
+
+    def encode_pages(
+        self, images: list[Image.Image], *, with_stats: bool = False
+    ) -> list[PageEncoding]:
+        raise VragStoreError(
+            f"this store embeds text with {self.model_id}, which cannot encode page images; "
+            "create the store on a VisualIndex built with a Col* model "
+            "(VragVectorStore(index=VisualIndex.create(path, model=...))) to add images"
+        )
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        return [_unit_rows(self.embedding.embed_query(q), f"query {q!r}") for q in queries]
+
+    def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        vectors = self.embedding.embed_documents(texts)
+        return [_unit_rows(v, f"text {i}") for i, v in enumerate(vectors)]
+
+
+def embeddings_model_id(embedding: Embeddings) -> str:
+    """The model id an index records for a text `Embeddings` (reopening must match it)."""
+    name = getattr(embedding, "model", None) or getattr(embedding, "model_name", None)
+    return f"langchain-embeddings:{type(embedding).__name__}" + (f":{name}" if name else "")
+
+
+def _unit_rows(vector: Any, what: str) -> np.ndarray:
+    """A [M, D] float32 array with unit rows (a flat vector becomes one row)."""
+    array = np.atleast_2d(np.asarray(vector, dtype=np.float32))
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if array.ndim != 2 or not np.all(np.isfinite(array)) or np.any(norms == 0):
+        raise VragStoreError(f"{what}: embeddings must be finite, non-zero vectors")
+    return array / norms
+
+
+class VragVectorStore(VectorStore):
+    """LangChain vector store over a compressed multi-vector `VisualIndex`.
+
+    Build it on an existing index (``VragVectorStore(index)``: texts and queries use the index's
+    Col* model), or for text embeddings (``VragVectorStore(embedding=emb, path=...)``; with no
+    path the index lives in a temporary folder removed on `close`). Ids are page ids: for files
+    added with `add_files` they are ``"<doc_id>:<page_no>"``, otherwise the ids you give (or
+    fresh UUIDs). Adding an existing id replaces that entry.
+    """
+
+    def __init__(
+        self,
+        index: VisualIndex | None = None,
+        *,
+        embedding: Embeddings | None = None,
+        path: str | Path | None = None,
+        include_image_base64: bool = False,
+        image_format: str = "jpeg",
+        image_max_side: int | None = 1024,
+        search_mode: str = "auto",
+    ) -> None:
+        self._embedding = embedding
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._owns_index = index is None
+        self.index = index if index is not None else self._embeddings_index(embedding, path)
+        if embedding is not None and self.index.model_id != embeddings_model_id(embedding):
+            raise VragStoreError(
+                f"the index at {self.index.path} was built with {self.index.model_id!r}; text "
+                f"embeddings from {embeddings_model_id(embedding)!r} are not comparable with it. "
+                "Pass embedding=None to use the index's own model for texts and queries."
+            )
+        self.include_image_base64 = include_image_base64
+        self.image_format = image_format
+        self.image_max_side = image_max_side
+        self.search_mode = search_mode
+
+    def _embeddings_index(self, embedding: Embeddings | None, path: str | Path | None) -> Any:
+        if embedding is None:
+            raise VragStoreError(
+                "VragVectorStore needs index= (a VisualIndex) or embedding= (a text Embeddings)"
+            )
+        encoder = EmbeddingsEncoder(embedding)
+        if path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="vrag-langchain-")
+            path = Path(self._tmp.name) / "index"
+        if VisualIndex.exists(path):
+            return VisualIndex.open(path, encoder=encoder)
+        return VisualIndex.create(path, compressor=get_compressor("identity"), encoder=encoder)
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        return self._embedding
+
+    def close(self) -> None:
+        """Close the index if this store opened it, and remove a temporary index folder."""
+        if self._owns_index:
+            self.index.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> VragVectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- embedding
+    def _embed_texts(self, texts: list[str]) -> list[np.ndarray]:
+        if self._embedding is not None:
+            return EmbeddingsEncoder(self._embedding).encode_texts(texts)
+        return [
+            _unit_rows(v, f"text {i}")
+            for i, v in enumerate(self.index.encoder.encode_queries(texts))
+        ]
+
+    def _embed_query(self, query: str) -> np.ndarray:
+        if self._embedding is not None:
+            return _unit_rows(self._embedding.embed_query(query), f"query {query!r}")
+        return self.index.encoder.encode_queries([query])[0]
+
+    # ----------------------------------------------------------------- writing
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict] | None = None,
+        *,
+        ids: list[str | None] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and store texts; returns their ids (given ones kept, missing ones generated)."""
+        texts = list(texts)
+        metadatas = _per_item(metadatas, len(texts), "metadatas")
+        ids = _ids(ids, len(texts))
+        if not texts:
+            return []
+        vectors = self._embed_texts(texts)
+        pages = [
+            PageRecord(
+                page_id=i,
+                doc_id=entry_doc_id(i),
+                page_no=1,
+                vectors=v,
+                metadata={**m, KIND_KEY: TEXT_KIND},
+                text=t,
+            )
+            for i, v, m, t in zip(ids, vectors, metadatas, texts, strict=True)
+        ]
+        self._upsert(pages)
+        return ids
+
+    def add_images(
+        self,
+        uris: Sequence[ImageInput],
+        metadatas: list[dict] | None = None,
+        *,
+        ids: list[str | None] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Encode page images (files or PIL images) with the index's Col* model and store them."""
+        uris = list(uris)
+        metadatas = _per_item(metadatas, len(uris), "metadatas")
+        ids = _ids(ids, len(uris))
+        index = self.index
+        pages: list[PageRecord] = []
+        for start in range(0, len(uris), index.batch_size):
+            chunk = slice(start, start + index.batch_size)
+            pages += self._image_records(uris[chunk], metadatas[chunk], ids[chunk])
+        self._upsert(pages)
+        return ids
+
+    def _image_records(
+        self, uris: list[ImageInput], metadatas: list[dict], ids: list[str]
+    ) -> list[PageRecord]:
+        index = self.index
+        images = [_load_image(u) for u in uris]
+        encodings = index.encoder.encode_pages(images, with_stats=index.compressor.requires_stats)
+        for uri, encoding in zip(uris, encodings, strict=True):
+            if encoding.n_tokens == 0:
+                raise VragStoreError(f"{_describe(uri)}: the encoder produced no visual tokens")
+        compressed = index.compressor.compress_many(encodings)
+        records = []
+        for uri, image, meta, entry_id, enc, comp in zip(
+            uris, images, metadatas, ids, encodings, compressed, strict=True
+        ):
+            doc_id = entry_doc_id(entry_id)
+            image_ref = index.assets.save(doc_id, 1, image)
+            index.assets.save_layout(doc_id, 1, enc, comp, image.size)
+            source = None if isinstance(uri, Image.Image) else str(uri)
+            file_meta = {"source": source, "filename": Path(source).name} if source else {}
+            records.append(
+                PageRecord(
+                    page_id=entry_id,
+                    doc_id=doc_id,
+                    page_no=1,
+                    vectors=comp.vectors,
+                    metadata={**meta, **file_meta, "n_tokens": enc.n_tokens},
+                    image_ref=image_ref,
+                )
+            )
+        return records
+
+    def add_files(
+        self, paths: str | Path | Sequence[str | Path], metadata: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Index PDFs / images / folders page by page; returns the page ids they now hold.
+
+        Unchanged files are skipped (their ids are still returned); failures are logged and
+        never stop the other files (use `VisualIndex.add` for the full report).
+        """
+        report = self.index.add(paths, metadata=metadata, progress=False)
+        for failure in report.failures:
+            log.warning("not indexed: %s", failure)
+        ids: list[str] = []
+        for doc_id in dict.fromkeys(report.documents_indexed + report.documents_skipped):
+            ids += self.index.store.page_ids(doc_id)
+        return ids
+
+    def _upsert(self, pages: list[PageRecord]) -> None:
+        documents = [DocumentRecord(doc_id=p.doc_id, n_pages=1, complete=True) for p in pages]
+        self.index.store.upsert(pages, documents)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Delete entries by id (unknown ids are ignored); ``ids=None`` deletes everything."""
+        store = self.index.store
+        if ids is None:
+            for document in store.documents():
+                self.index.delete(document.doc_id)
+            store.delete(page_ids=store.page_ids())
+            return True
+        ids = list(ids)
+        doc_ids = {record.doc_id for record in store.get(ids, missing="skip")}
+        store.delete(page_ids=ids)
+        for doc_id in doc_ids:
+            if not store.page_ids(doc_id):
+                self.index.delete(doc_id)  # drops the document row and its stored images
+        return True
+
+    # ----------------------------------------------------------------- reading
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """Entries by id, in the order asked; unknown ids are left out."""
+        records = self.index.store.get(list(ids), missing="skip")
+        return [self._document(record_hit(self.index, r), with_score=False) for r in records]
+
+    def _document(self, hit: Hit, *, with_score: bool) -> Document:
+        return hit_to_document(
+            hit,
+            with_score=with_score,
+            image_base64=self.include_image_base64,
+            image_format=self.image_format,
+            image_max_side=self.image_max_side,
+        )
+
+    def _search_vectors(
+        self, vectors: np.ndarray, k: int, filter: dict[str, Any] | None
+    ) -> list[tuple[Document, float]]:
+        if self.index.store.count() == 0:
+            return []
+        hits = self.index.search(vectors, k=k, filter=filter, mode=self.search_mode)
+        return [(self._document(h, with_score=False), h.score) for h in hits]
+
+    def similarity_search(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Top-k entries with their MaxSim score (a sum over query tokens), best first."""
+        return self._search_vectors(self._embed_query(query), k, filter)
+
+    def similarity_search_by_vector(
+        self,
+        embedding: list[float] | np.ndarray,
+        k: int = 4,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """Search with a dense vector [D] or a multi-vector query [M, D]."""
+        vectors = _unit_rows(embedding, "query embedding")
+        return [doc for doc, _ in self._search_vectors(vectors, k, filter)]
+
+    def _similarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Relevance in [0, 1]: the MaxSim score averaged over query tokens, mapped from [-1, 1]."""
+        vectors = self._embed_query(query)
+        results = self._search_vectors(vectors, k, kwargs.get("filter"))
+        return [(doc, _relevance(score, len(vectors))) for doc, score in results]
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings | None,
+        metadatas: list[dict] | None = None,
+        *,
+        ids: list[str] | None = None,
+        index: VisualIndex | None = None,
+        path: str | Path | None = None,
+        **kwargs: Any,
+    ) -> VragVectorStore:
+        """A store holding ``texts``: on ``index`` if given, else a new text-embeddings index."""
+        store = cls(index=index, embedding=embedding, path=path, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+
+def _relevance(score: float, n_query_tokens: int) -> float:
+    # fp16 storage can put a perfect match a hair above 1: clip to the documented range.
+    return min(1.0, max(0.0, (1.0 + score / n_query_tokens) / 2.0))
+
+
+def _per_item(metadatas: list[dict] | None, n: int, what: str) -> list[dict]:
+    if metadatas is None:
+        return [{} for _ in range(n)]
+    metadatas = list(metadatas)
+    if len(metadatas) != n:
+        raise VragStoreError(f"{what} has {len(metadatas)} entries for {n} items; give one each")
+    return [dict(m or {}) for m in metadatas]
+
+
+def _ids(ids: list[str | None] | None, n: int) -> list[str]:
+    """The given ids, with missing ones (None) replaced by fresh UUIDs."""
+    if ids is None:
+        return [str(uuid.uuid4()) for _ in range(n)]
+    ids = list(ids)
+    if len(ids) != n:
+        raise VragStoreError(f"ids has {len(ids)} entries for {n} items; give one each")
+    return [str(uuid.uuid4()) if i is None else i for i in ids]
+
+
+def _load_image(item: ImageInput) -> Image.Image:
+    if isinstance(item, Image.Image):
+        return item.convert("RGB")
+    with open_document(item) as document:
+        if document.kind != "image":
+            raise VragStoreError(f"{item}: add_images takes image files; index PDFs with add_files")
+        return document.page(1).image
+
+
+def _describe(item: ImageInput) -> str:
+    return "PIL image" if isinstance(item, Image.Image) else str(item)
