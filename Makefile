@@ -13,9 +13,12 @@ export HF_HUB_OFFLINE ?= 1
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+INTEGRATIONS := integrations/llama-index integrations/langchain
+
+$(VENV)/.installed: pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' \
+		-e 'integrations/llama-index[dev]' -e 'integrations/langchain[test]'
 	touch $@
 
 demo: install
@@ -24,6 +27,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check vrag_compress tests examples
+	for pkg in $(INTEGRATIONS); do (cd $$pkg && ../../$(BIN)/ruff check .) || exit 1; done
 
 test: lint
 	$(BIN)/python -m pytest -q

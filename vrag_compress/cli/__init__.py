@@ -12,6 +12,7 @@ from vrag_compress.cli import (  # noqa: F401  (importing registers the commands
     bench_store,
     calibrate,
     index,
+    migrate,
 )
 from vrag_compress.cli.app import app
 

@@ -54,14 +54,37 @@ def bench_store(
     seed: int = typer.Option(0, "--seed"),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+    backend: str = typer.Option(
+        "embedded", "--backend", help="embedded (LocalStore) or qdrant-local (Qdrant's local "
+        "mode: prefetch + MaxSim rerank recall against the embedded exact search)."),
+    variants: str = typer.Option(
+        "mean,binary", "--variants", help="qdrant-local: candidate fields to compare."),
+    prefetch: int = typer.Option(
+        100, "--prefetch", min=1, help="qdrant-local: pages prefetched for the rerank."),
 ) -> None:
     """On-disk size full vs compressed, latency of (a) (b) (c) and the BLAS floor, recall@10 of
-    (c) against (b), add throughput."""
+    (c) against (b), add throughput. With --backend qdrant-local: recall@10 and latency of each
+    Qdrant candidate variant against the embedded exact search."""
     from threadpoolctl import threadpool_limits
 
     from vrag_compress.compress.base import budget
 
+    if backend not in ("embedded", "qdrant-local"):
+        raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
     k_tokens = budget(tokens_full, ratio)
+    if backend == "qdrant-local":
+        from vrag_compress.cli.bench_store_qdrant import run_qdrant_bench
+
+        with threadpool_limits(limits=threads):
+            data = _generate(pages, tokens_full, k_tokens, dim, queries, query_tokens, batch,
+                             False, seed)
+            run_qdrant_bench(data, dim, batch, [v.strip() for v in variants.split(",")],
+                             prefetch, workdir, json_out,
+                             {"pages": pages, "tokens_full": tokens_full,
+                              "tokens_compressed": k_tokens, "queries": queries,
+                              "query_tokens": query_tokens, "dim": dim, "prefetch": prefetch,
+                              "threads": threads, "seed": seed})
+        return
     full_bytes = pages * tokens_full * dim * 2
     if full_store is None:
         full_store = full_bytes <= FULL_STORE_MAX_BYTES

@@ -1,0 +1,95 @@
+"""`CompressedColPaliRetriever`: a LlamaIndex retriever over a compressed `VisualIndex`.
+
+The index encodes the query with its own Col* model and scores pages by exact MaxSim, so no
+LlamaIndex embedding model is involved. Each hit comes back as a `NodeWithScore` holding an
+`ImageNode` with the page image attached, which a multimodal response synthesizer
+(`RetrieverQueryEngine.from_args(..., multimodal=True)`) sends to the LLM as an image block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
+from vrag_compress.encoders.base import Encoder
+from vrag_compress.index import VisualIndex
+
+from llama_index.retrievers.vrag_compress.filters import StoreFilter, to_store_filter
+from llama_index.retrievers.vrag_compress.nodes import ImageMode, check_image_mode, hit_to_node
+
+
+class CompressedColPaliRetriever(BaseRetriever):
+    """Top-k pages of a `VisualIndex` for a text query, as image nodes with scores.
+
+    Args:
+        index: an open `VisualIndex`, or the path of an index folder (opened read-only).
+        similarity_top_k: how many pages to return.
+        filters: LlamaIndex `MetadataFilters` (or a store filter dict) applied to every query.
+        image_mode: "path" (stored page image file, inline PNG when the index keeps none),
+            "base64" (always inline) or "none".
+        encoder: an encoder object to use instead of loading the index's model (tests, GPUs).
+    """
+
+    def __init__(
+        self,
+        index: VisualIndex | str | Path,
+        *,
+        similarity_top_k: int = 5,
+        filters: MetadataFilters | StoreFilter | None = None,
+        image_mode: ImageMode = "path",
+        encoder: Encoder | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if isinstance(similarity_top_k, bool) or not isinstance(similarity_top_k, int):
+            raise TypeError(f"similarity_top_k must be an int, got {similarity_top_k!r}")
+        if similarity_top_k < 1:
+            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
+        self._owns_index = not isinstance(index, VisualIndex)
+        if isinstance(index, VisualIndex):
+            self._index = index
+        else:
+            self._index = VisualIndex.open(index, encoder=encoder, readonly=True)
+        self.similarity_top_k = similarity_top_k
+        self._filter = to_store_filter(filters)
+        self.image_mode = check_image_mode(image_mode)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_path(cls, path: str | Path, **kwargs: Any) -> CompressedColPaliRetriever:
+        """Open the index folder at `path` read-only and wrap it."""
+        return cls(Path(path), **kwargs)
+
+    @property
+    def index(self) -> VisualIndex:
+        return self._index
+
+    @property
+    def filters(self) -> StoreFilter | None:
+        """The store filter applied to every query (translated from `MetadataFilters`)."""
+        return self._filter
+
+    @filters.setter
+    def filters(self, filters: MetadataFilters | StoreFilter | None) -> None:
+        self._filter = to_store_filter(filters)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        if not query or not query.strip():
+            raise ValueError("the query is empty; pass the question text to retrieve()")
+        hits = self._index.search(query, k=self.similarity_top_k, filter=self._filter)
+        return [NodeWithScore(node=hit_to_node(h, self.image_mode), score=h.score) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """Runs the (CPU/GPU-bound) search in a worker thread so the event loop stays free."""
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    def close(self) -> None:
+        """Close the index if this retriever opened it from a path."""
+        if self._owns_index:
+            self._index.close()

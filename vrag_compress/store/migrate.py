@@ -1,0 +1,100 @@
+"""Copy a store into another backend (embedded <-> Qdrant) without re-encoding, and check it.
+
+The copy moves the stored (compressed, fp16) vectors, payloads and document rows as they are;
+the check runs the same exact searches on both stores and compares ranked ids and scores, so a
+migration is only trusted when the two stores answer alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store.base import MultiVectorStore
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class MigrationCheck:
+    """Outcome of `compare_stores`: ``ok`` when counts, documents and every ranking agree."""
+
+    queries: int
+    pages_src: int
+    pages_dst: int
+    documents_equal: bool
+    rank_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    max_score_diff: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.pages_src == self.pages_dst and self.documents_equal
+                and not self.rank_mismatches)
+
+
+def copy_store(src: MultiVectorStore, dst: MultiVectorStore, *, batch: int = 256,
+               progress: Progress | None = None) -> int:
+    """Upsert every page of ``src`` into ``dst`` (pages first, then document rows, so a crash
+    never leaves a document marked complete without its pages); returns pages copied."""
+    ids = src.page_ids()
+    for start in range(0, len(ids), batch):
+        chunk = ids[start:start + batch]
+        dst.upsert(src.get(chunk))
+        if progress is not None:
+            progress(len(chunk))
+    dst.upsert([], documents=src.documents())
+    return len(ids)
+
+
+def probe_queries(store: MultiVectorStore, n: int, *, tokens: int = 16,
+                  seed: int = 0) -> list[np.ndarray]:
+    """Queries made from stored pages (a few of their own vectors, slightly perturbed), spread
+    over the collection, so each has a known good answer and many near ties to rank."""
+    ids = store.page_ids()
+    if not ids or n < 1:
+        return []
+    rng = np.random.default_rng(seed)
+    chosen = [ids[i] for i in np.linspace(0, len(ids) - 1, min(n, len(ids))).astype(int)]
+    queries = []
+    for page in store.get(chosen):
+        rows = page.vectors[rng.permutation(len(page.vectors))[:tokens]]
+        noisy = rows + rng.normal(scale=0.05, size=rows.shape).astype(np.float32)
+        queries.append(noisy / np.linalg.norm(noisy, axis=1, keepdims=True))
+    return queries
+
+
+def compare_stores(src: MultiVectorStore, dst: MultiVectorStore, *, queries: int = 20,
+                   k: int = 10, rtol: float = 1e-4) -> MigrationCheck:
+    """Exact top-k of ``queries`` probe queries on both stores: same ids, scores within rtol."""
+    qs = probe_queries(src, queries)
+    check = MigrationCheck(len(qs), src.count(), dst.count(),
+                           src.documents() == dst.documents())
+    for i, q in enumerate(qs):
+        a = src.search(q, k, mode="exact")
+        b = dst.search(q, k, mode="exact")
+        if len(a) == len(b) and a:
+            diff = np.abs(np.array([h.score for h in a]) - np.array([h.score for h in b]))
+            check.max_score_diff = max(check.max_score_diff, float(diff.max()))
+        if not _same_ranking(a, b, rtol):
+            check.rank_mismatches.append({"query": i, "src": [h.page_id for h in a],
+                                          "dst": [h.page_id for h in b]})
+    return check
+
+
+def _same_ranking(a: list[Any], b: list[Any], rtol: float) -> bool:
+    """Equal scores position by position; ids may differ only among tied scores (the two
+    backends may round a tie differently)."""
+    if len(a) != len(b):
+        return False
+    scores_a = np.array([h.score for h in a])
+    if not np.allclose(scores_a, [h.score for h in b], rtol=rtol, atol=1e-6):
+        return False
+    score_of = {h.page_id: h.score for h in a} | {h.page_id: h.score for h in b}
+    for pos, (ha, hb) in enumerate(zip(a, b, strict=True)):
+        if ha.page_id != hb.page_id and not np.isclose(score_of[hb.page_id], scores_a[pos],
+                                                       rtol=rtol, atol=1e-6):
+            return False
+    return True

@@ -1,0 +1,79 @@
+"""One entry point for every store backend: a folder path is the embedded `LocalStore`, a
+``qdrant://`` / ``qdrant+local://`` URL is a `QdrantStore`. Callers (the index, the CLI, `vrag
+migrate`) then need no change beyond a URL, and qdrant-client is imported only when used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
+from vrag_compress.store.local import LocalStore
+from vrag_compress.store.validate import StoreInputError
+
+QDRANT_PREFIXES = ("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://")
+API_KEY_ENV = "QDRANT_API_KEY"
+POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
+
+
+def is_store_url(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` names a remote/Qdrant store rather than an embedded store folder."""
+    return str(target).startswith(QDRANT_PREFIXES)
+
+
+def create_store(target: str | os.PathLike[str], config: dict[str, Any],
+                 **options: Any) -> MultiVectorStore:
+    """A new store at a folder path (embedded) or a Qdrant URL."""
+    if is_store_url(target):
+        from vrag_compress.store.qdrant import QdrantStore
+
+        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        return QdrantStore.create(str(target), config, **options)
+    return LocalStore.create(Path(target), config, **options)
+
+
+def open_store(target: str | os.PathLike[str], *, readonly: bool = False,
+               expect: dict[str, Any] | None = None, **options: Any) -> MultiVectorStore:
+    """Open an existing store at a folder path (embedded) or a Qdrant URL."""
+    if is_store_url(target):
+        from vrag_compress.store.qdrant import QdrantStore
+
+        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        return QdrantStore.open(str(target), readonly=readonly, expect=expect, **options)
+    return LocalStore.open(Path(target), readonly=readonly, expect=expect, **options)
+
+
+def absolute_store_url(url: str) -> str:
+    """``qdrant+local://rel/dir`` made absolute, so a pointer works from any working directory."""
+    prefix = "qdrant+local://"
+    if not url.startswith(prefix):
+        return url
+    path, sep, query = url[len(prefix):].partition("?")
+    return prefix + str(Path(path).resolve()) + sep + query
+
+
+def write_store_pointer(index_dir: str | os.PathLike[str], url: str) -> None:
+    """Record in an index folder that its vectors live in the store at ``url`` (no secrets)."""
+    if not is_store_url(url):
+        raise StoreInputError(f"{url!r} is not a store URL (qdrant://... or qdrant+local://...)")
+    pointer = Path(index_dir) / POINTER_NAME
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": absolute_store_url(str(url))}, indent=2))
+    os.replace(tmp, pointer)
+
+
+def read_store_pointer(index_dir: str | os.PathLike[str]) -> str | None:
+    """The store URL an index folder points at, or None for an embedded index."""
+    pointer = Path(index_dir) / POINTER_NAME
+    if not pointer.is_file():
+        return None
+    try:
+        url = json.loads(pointer.read_text())["url"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreCorruptError(str(pointer), f"not a store pointer ({exc})") from exc
+    if not isinstance(url, str) or not is_store_url(url):
+        raise StoreCorruptError(str(pointer), f"{url!r} is not a store URL")
+    return url

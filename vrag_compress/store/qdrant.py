@@ -1,0 +1,698 @@
+"""`QdrantStore`: the `MultiVectorStore` protocol over a Qdrant collection (scale-out backend).
+
+When a collection outgrows one machine, Qdrant (sharded, replicated, open source) stores
+multi-vectors natively and ranks by MaxSim. Layout, one index = one collection (plus a small
+sidecar collection ``<name>__vrag`` for the config and the document rows, which have no vectors):
+
+- ``pages``: the compressed page vectors as a multivector with ``MAX_SIM`` and ``DOT`` (vectors
+  are L2-normalised, so this is the exact ColBERT score); HNSW is off on it (``m=0``): it is only
+  used to rerank, or scanned in full by exact searches.
+- a cheap candidate field searched through ``prefetch``: ``mean`` (dense mean of the page's
+  vectors, queried with the mean of the query's vectors) or ``binary`` (a multivector of the signs
+  of the vectors, MaxSim over sign agreement), or none (every search exact).
+- payload: ``page_id``, ``doc_id``, ``page_no``, ``metadata`` (the page metadata), ``image_ref``,
+  ``text``. Point ids are UUIDv5 of the page id.
+
+Vectors are rounded to fp16 before upload, so scores equal the embedded store's exactly.
+Writes go in batches with retries; Qdrant has no multi-point transaction, so pages are written
+before their document rows (a crash never marks a document complete without its pages).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+import numpy as np
+
+from vrag_compress.store.base import (
+    DocumentRecord,
+    DuplicatePageError,
+    PageNotFoundError,
+    PageRecord,
+    SearchMode,
+    SearchResult,
+    StoreClosedError,
+    StoreConfigMismatch,
+    StoreError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
+    VerifyReport,
+)
+from vrag_compress.store.validate import (
+    StoreInputError,
+    check_config,
+    check_dim,
+    check_document,
+    check_id,
+    check_k,
+    check_page,
+    check_query,
+    check_unique,
+    check_vectors,
+    metadata_json,
+)
+from vrag_compress.version import __version__
+
+try:
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Qdrant backend needs qdrant-client: pip install 'vrag-compress[qdrant]'"
+    ) from exc
+
+PAGES = "pages"
+CANDIDATES = ("mean", "binary", "none")
+SIDECAR_SUFFIX = "__vrag"
+SCHEMA_VERSION = 1
+_NAMESPACE = uuid.UUID("5b0c6f1e-6a43-4c1e-9a53-3b8d2f6c1a77")
+_CONFIG_ID = str(uuid.uuid5(_NAMESPACE, "config:"))
+_MODES = ("auto", "exact", "two_stage")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
+_TIE_MARGIN = 8  # extra hits fetched so ties at the k-th score can be ordered by page_id
+T = TypeVar("T")
+
+
+class QdrantUnavailableError(StoreError):
+    """The Qdrant server could not be reached (after retries) or refused the request."""
+
+
+# ----------------------------------------------------------------------------- locations
+
+
+@dataclass(frozen=True)
+class QdrantLocation:
+    """Where a collection lives: a server (``host:port``), a local-mode folder, or memory."""
+
+    collection: str
+    host: str | None = None
+    port: int = 6333
+    path: str | None = None
+    https: bool = False
+    prefer_grpc: bool = False
+    grpc_port: int = 6334
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The URL this location was parsed from (no API key)."""
+        if self.host is not None:
+            extra = "?https=true" if self.https else ""
+            return f"qdrant://{self.host}:{self.port}/{self.collection}{extra}"
+        if self.path == ":memory:":
+            return f"qdrant+memory://{self.collection}"
+        return f"qdrant+local://{self.path}?collection={self.collection}"
+
+    def client(self, timeout: float = 30.0) -> QdrantClient:
+        if self.host is not None:
+            return QdrantClient(
+                host=self.host, port=self.port, https=self.https, api_key=self.api_key,
+                prefer_grpc=self.prefer_grpc, grpc_port=self.grpc_port, timeout=int(timeout),
+            )
+        try:
+            return QdrantClient(path=self.path) if self.path != ":memory:" else QdrantClient(
+                location=":memory:")
+        except RuntimeError as exc:  # local mode holds a portalocker lock on its folder
+            if "already accessed" in str(exc):
+                raise StoreLockedError(
+                    f"Qdrant local folder {self.path} is open in another client or process; "
+                    "local mode allows one client at a time (use a Qdrant server for sharing)"
+                ) from exc
+            raise
+
+
+def is_qdrant_url(text: str) -> bool:
+    return str(text).startswith(("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://"))
+
+
+def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
+    """``qdrant://host:port/collection`` (server, ``qdrants://`` for HTTPS, ``?grpc=true``),
+    ``qdrant+local://PATH[?collection=NAME]`` (local mode folder), ``qdrant+memory://NAME``."""
+    url = str(url)
+    base, _, query = url.partition("?")
+    params = {k: v[-1] for k, v in parse_qs(query).items()}
+    if base.startswith("qdrant+local://"):
+        path = base[len("qdrant+local://"):]
+        if not path:
+            raise StoreInputError(f"{url}: qdrant+local:// needs a folder, e.g. qdrant+local://./q")
+        return QdrantLocation(_collection(params.get("collection", "vrag"), url), path=path)
+    if base.startswith("qdrant+memory://"):
+        return QdrantLocation(_collection(base[len("qdrant+memory://"):] or "vrag", url),
+                              path=":memory:")
+    scheme, sep, rest = base.partition("://")
+    if not sep or scheme not in ("qdrant", "qdrants"):
+        raise StoreInputError(
+            f"{url!r} is not a Qdrant URL; use qdrant://host:port/collection, "
+            "qdrants://host:port/collection or qdrant+local://PATH"
+        )
+    hostport, _, collection = rest.partition("/")
+    host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "6333")
+    if not host or not port.isdigit():
+        raise StoreInputError(f"{url}: expected qdrant://host:port/collection")
+    return QdrantLocation(
+        _collection(collection.strip("/"), url), host=host, port=int(port),
+        https=scheme == "qdrants" or params.get("https") == "true",
+        prefer_grpc=params.get("grpc") == "true", grpc_port=int(params.get("grpc_port", 6334)),
+        api_key=api_key,
+    )
+
+
+def _collection(name: str, url: str) -> str:
+    if not _NAME_RE.match(name):
+        raise StoreInputError(
+            f"{url}: collection name {name!r} must be 1-200 letters, digits, '_' or '-'"
+        )
+    return name
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass
+class QdrantOptions:
+    """Tuning knobs (not persisted; pass them to `create`/`open`)."""
+
+    candidates: int = 200  # pages the prefetch returns for the MaxSim rerank
+    exact_max_pages: int = 10_000  # `auto` scans all pages exactly up to this many
+    batch_size: int = 64  # points per upsert/retrieve request
+    retries: int = 3  # extra attempts on transient errors (network, 5xx)
+    retry_backoff_s: float = 0.5  # doubled after every failed attempt
+    timeout_s: float = 30.0
+    on_disk: bool = False  # server: keep the page multivectors on disk (memory-mapped)
+
+
+def with_retries(call: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:
+    """Run ``call``; transient failures (connection, timeouts, HTTP 5xx) are retried."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if not _transient(exc):
+                raise
+            if attempt == retries:
+                raise QdrantUnavailableError(
+                    f"Qdrant {what} failed after {retries + 1} attempts: {exc}. Check that the "
+                    "server is up and reachable (curl http://HOST:6333/readyz)"
+                ) from exc
+            time.sleep(backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _transient(exc: Exception) -> bool:
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code is not None and exc.status_code >= 500
+    if isinstance(exc, (ResponseHandlingException, ConnectionError, TimeoutError)):
+        return True
+    return type(exc).__name__ in ("_InactiveRpcError", "RpcError")  # grpc, if used
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+class QdrantStore:
+    """`MultiVectorStore` over one Qdrant collection; `create`/`open` take a URL or location."""
+
+    def __init__(self, client: QdrantClient, location: QdrantLocation, *, readonly: bool,
+                 options: QdrantOptions, owns_client: bool) -> None:
+        self.client: QdrantClient | None = client
+        self.location = location
+        self.collection = location.collection
+        self.sidecar = location.collection + SIDECAR_SUFFIX
+        self.readonly = readonly
+        self.options = options
+        self._owns_client = owns_client
+        self._meta = self._load_meta()
+        self.dim = check_dim(self._meta["config"])
+        self.candidate: str = self._meta["candidate"]
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(cls, location: str | QdrantLocation, config: dict[str, Any], *,
+               candidate: str = "mean", client: QdrantClient | None = None,
+               api_key: str | None = None, **options: Any) -> QdrantStore:
+        """A new collection (and its sidecar) recording ``config``; an existing one is an error.
+
+        ``candidate`` picks the prefetch field: "mean", "binary" or "none" (always exact)."""
+        config = check_config(config)
+        if candidate not in CANDIDATES:
+            raise StoreInputError(f"candidate must be one of {CANDIDATES}, got {candidate!r}")
+        loc = _location(location, api_key)
+        opts = QdrantOptions(**options)
+        owns = client is None
+        client = client or loc.client(opts.timeout_s)
+        try:
+            if _retry(opts, "collection check", lambda: client.collection_exists(loc.collection)):
+                raise StoreExistsError(
+                    f"Qdrant collection {loc.collection!r} already exists at {loc.url}; open it, "
+                    "or delete it first (QdrantClient.delete_collection)"
+                )
+            _create_collections(client, loc, config["dim"], candidate, opts)
+            meta = {"schema_version": SCHEMA_VERSION, "config": config, "candidate": candidate,
+                    "library_version": __version__, "created_at": time.time()}
+            client.upsert(loc.collection + SIDECAR_SUFFIX, [models.PointStruct(
+                id=_CONFIG_ID, vector={}, payload={"kind": "config", **meta})], wait=True)
+        except BaseException:
+            if owns:
+                client.close()
+            raise
+        return cls(client, loc, readonly=False, options=opts, owns_client=owns)
+
+    @classmethod
+    def open(cls, location: str | QdrantLocation, *, readonly: bool = False,
+             expect: dict[str, Any] | None = None, client: QdrantClient | None = None,
+             api_key: str | None = None, **options: Any) -> QdrantStore:
+        """Open an existing collection; ``expect`` lists config values that must match."""
+        loc = _location(location, api_key)
+        opts = QdrantOptions(**options)
+        owns = client is None
+        client = client or loc.client(opts.timeout_s)
+        try:
+            store = cls(client, loc, readonly=readonly, options=opts, owns_client=owns)
+            store._check_expect(expect or {})
+            store._check_schema()
+        except BaseException:
+            if owns:
+                client.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        if self.client is not None and self._owns_client:
+            self.client.close()
+        self.client = None
+
+    def __enter__(self) -> QdrantStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.client is None
+
+    @property
+    def root(self) -> str:
+        return self.location.url
+
+    # ------------------------------------------------------------------ config
+    @property
+    def config(self) -> dict[str, Any]:
+        return check_config(self._meta["config"])
+
+    @property
+    def library_version(self) -> str:
+        return str(self._meta.get("library_version", ""))
+
+    def update_config(self, **changes: Any) -> None:
+        """Merge ``changes`` into the stored config (``dim`` cannot change)."""
+        self._writable()
+        new = check_config({**self._meta["config"], **changes})
+        if new["dim"] != self.dim:
+            raise StoreError(
+                f"cannot change dim of {self.root} from {self.dim}: the collection's vector size "
+                "is fixed; build a new collection"
+            )
+        self._meta["config"] = new
+        self._put_meta()
+
+    def _load_meta(self) -> dict[str, Any]:
+        client = self._client()
+        if not self._retry("collection check", lambda: client.collection_exists(self.collection)):
+            raise StoreNotFoundError(
+                f"no Qdrant collection {self.collection!r} at {self.root}; create one"
+            )
+        if not self._retry("collection check", lambda: client.collection_exists(self.sidecar)):
+            raise StoreError(
+                f"Qdrant collection {self.collection!r} at {self.root} was not created by "
+                f"vrag_compress (no {self.sidecar!r} collection with its config)"
+            )
+        found = self._retry("read config", lambda: client.retrieve(self.sidecar, [_CONFIG_ID]))
+        if not found:
+            raise StoreError(f"{self.root}: the sidecar collection {self.sidecar!r} has no config")
+        payload = dict(found[0].payload or {})
+        if payload.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.root}: schema version {payload.get('schema_version')!r} is not "
+                f"{SCHEMA_VERSION}; upgrade vrag_compress"
+            )
+        return payload
+
+    def _put_meta(self) -> None:
+        payload = {"kind": "config", **self._meta}
+        point = models.PointStruct(id=_CONFIG_ID, vector={}, payload=payload)
+        self._retry("write config", lambda: self._client().upsert(self.sidecar, [point],
+                                                                  wait=True))
+
+    def _check_expect(self, expect: dict[str, Any]) -> None:
+        stored = self._meta["config"]
+        missing = object()
+        diffs = {k: (stored.get(k), v) for k, v in expect.items() if stored.get(k, missing) != v}
+        if diffs:
+            raise StoreConfigMismatch(self.root, diffs)
+
+    def _check_schema(self) -> None:
+        """The collection's vector size must be the config's dim (someone may have recreated it)."""
+        info = self._retry("collection info", lambda: self._client().get_collection(
+            self.collection))
+        vectors = info.config.params.vectors
+        params = vectors.get(PAGES) if isinstance(vectors, dict) else None
+        if params is None or params.size != self.dim:
+            raise StoreConfigMismatch(
+                self.root, {"dim": (None if params is None else params.size, self.dim)})
+
+    # ------------------------------------------------------------------ writes
+    def add(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
+        """Store new pages (then upsert document rows); existing page ids are an error."""
+        self._write_pages(pages, documents, replace=False)
+
+    def upsert(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
+        """Like `add`, but pages whose id exists replace the stored ones."""
+        self._write_pages(pages, documents, replace=True)
+
+    def put_document(self, doc: DocumentRecord) -> None:
+        """Insert or replace one document row."""
+        self._writable()
+        self._put_documents([check_document(doc)])
+
+    def delete(self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None) -> int:
+        """Delete a document's pages and its row, or the given pages; returns pages removed."""
+        if (doc_id is None) == (page_ids is None):
+            raise StoreInputError("delete needs exactly one of doc_id= or page_ids=")
+        self._writable()
+        client = self._client()
+        if doc_id is not None:
+            check_id(doc_id, "doc_id")
+            flt = _match("doc_id", doc_id)
+            n = self._retry("count", lambda: client.count(self.collection, count_filter=flt,
+                                                          exact=True)).count
+            self._retry("delete", lambda: client.delete(
+                self.collection, models.FilterSelector(filter=flt), wait=True))
+            self._retry("delete", lambda: client.delete(
+                self.sidecar, models.PointIdsList(points=[_doc_point_id(doc_id)]), wait=True))
+            return int(n)
+        ids = [check_id(p, f"page_ids[{i}]") for i, p in enumerate(_as_list(page_ids, "page_ids"))]
+        present = [r.payload["page_id"] for r in self._retrieve(ids, vectors=False)]
+        for chunk in _chunks([_point_id(p) for p in present], self.options.batch_size):
+            self._retry("delete", lambda c=chunk: client.delete(
+                self.collection, models.PointIdsList(points=c), wait=True))
+        return len(present)
+
+    def _write_pages(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *,
+                     replace: bool) -> None:
+        self._writable()
+        pages = [check_page(p, self.dim, i) for i, p in enumerate(_as_list(pages, "pages"))]
+        docs = [check_document(d, i) for i, d in enumerate(_as_list(documents, "documents"))]
+        check_unique([p.page_id for p in pages], "pages")
+        check_unique([d.doc_id for d in docs], "documents")
+        vectors = [check_vectors(p.vectors, self.dim, f"pages[{i}] ({p.page_id!r}).vectors")
+                   for i, p in enumerate(pages)]
+        for i, p in enumerate(pages):
+            metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
+        for i, d in enumerate(docs):
+            metadata_json(d.metadata, f"documents[{i}] ({d.doc_id!r}).metadata")
+        if not pages and not docs:
+            return
+        if not replace:
+            existing = sorted(r.payload["page_id"] for r in
+                              self._retrieve([p.page_id for p in pages], vectors=False))
+            if existing:
+                raise DuplicatePageError(
+                    f"{len(existing)} page ids already exist in {self.root} (e.g. "
+                    f"{existing[:5]}); use upsert() to replace them"
+                )
+        points = [self._point(p, v) for p, v in zip(pages, vectors, strict=True)]
+        for chunk in _chunks(points, self.options.batch_size):
+            self._retry("upsert", lambda c=chunk: self._client().upsert(
+                self.collection, c, wait=True))
+        given = {d.doc_id for d in docs}
+        self._put_documents(docs)
+        self._ensure_documents(sorted({p.doc_id for p in pages} - given))
+
+    def _point(self, page: PageRecord, vectors16: np.ndarray) -> models.PointStruct:
+        vec = vectors16.astype(np.float32)
+        named: dict[str, Any] = {PAGES: vec.tolist()}
+        if self.candidate == "mean":
+            named["mean"] = vec.mean(axis=0).tolist()
+        elif self.candidate == "binary":
+            named["binary"] = _signs(vec).tolist()
+        payload = {"page_id": page.page_id, "doc_id": page.doc_id, "page_no": int(page.page_no),
+                   "metadata": page.metadata, "image_ref": page.image_ref, "text": page.text}
+        return models.PointStruct(id=_point_id(page.page_id), vector=named, payload=payload)
+
+    def _put_documents(self, docs: list[DocumentRecord]) -> None:
+        points = [models.PointStruct(id=_doc_point_id(d.doc_id), vector={}, payload={
+            "kind": "document", "doc_id": d.doc_id, "source": d.source,
+            "content_hash": d.content_hash, "n_pages": d.n_pages, "complete": d.complete,
+            "metadata": d.metadata}) for d in docs]
+        for chunk in _chunks(points, self.options.batch_size):
+            self._retry("write documents", lambda c=chunk: self._client().upsert(
+                self.sidecar, c, wait=True))
+
+    def _ensure_documents(self, doc_ids: list[str]) -> None:
+        """Every page's document gets a row (incomplete, no metadata) unless it has one."""
+        if not doc_ids:
+            return
+        have = {r.payload["doc_id"] for r in self._retry("read documents", lambda: self._client(
+        ).retrieve(self.sidecar, [_doc_point_id(d) for d in doc_ids]))}
+        self._put_documents([DocumentRecord(d) for d in doc_ids if d not in have])
+
+    def compact(self) -> None:
+        """Nothing to do: Qdrant's optimizer vacuums deleted points in the background."""
+        self._client()
+
+    # ------------------------------------------------------------------ reads
+    def count(self) -> int:
+        return int(self._retry("count", lambda: self._client().count(
+            self.collection, exact=True)).count)
+
+    def get(self, page_ids: Sequence[str], *, missing: str = "error") -> list[PageRecord]:
+        """Pages in the order asked; unknown ids raise `PageNotFoundError` (or are skipped)."""
+        ids = [check_id(p, f"page_ids[{i}]") for i, p in enumerate(_as_list(page_ids, "page_ids"))]
+        if missing not in ("error", "skip"):
+            raise StoreInputError(f"missing must be 'error' or 'skip', got {missing!r}")
+        found = {r.payload["page_id"]: r for r in self._retrieve(ids, vectors=True)}
+        absent = [i for i in ids if i not in found]
+        if absent and missing == "error":
+            raise PageNotFoundError(f"{len(absent)} page ids not in {self.root}: {absent[:5]}")
+        return [_page_record(found[i]) for i in ids if i in found]
+
+    def documents(self) -> list[DocumentRecord]:
+        points = self._scroll(self.sidecar, _match("kind", "document"), ["doc_id", "source",
+                              "content_hash", "n_pages", "complete", "metadata"])
+        return sorted((_doc_record(p.payload) for p in points), key=lambda d: d.doc_id)
+
+    def document(self, doc_id: str) -> DocumentRecord | None:
+        check_id(doc_id, "doc_id")
+        found = self._retry("read documents", lambda: self._client().retrieve(
+            self.sidecar, [_doc_point_id(doc_id)]))
+        return _doc_record(found[0].payload) if found else None
+
+    def page_ids(self, doc_id: str | None = None) -> list[str]:
+        """All page ids (sorted), or a document's in page order."""
+        if doc_id is None:
+            return sorted(p.payload["page_id"] for p in self._scroll(
+                self.collection, None, ["page_id"]))
+        check_id(doc_id, "doc_id")
+        points = self._scroll(self.collection, _match("doc_id", doc_id), ["page_id", "page_no"])
+        return [p.payload["page_id"] for p in sorted(
+            points, key=lambda p: (p.payload["page_no"], p.payload["page_id"]))]
+
+    def _retrieve(self, page_ids: list[str], *, vectors: bool) -> list[Any]:
+        found: list[Any] = []
+        for chunk in _chunks(page_ids, self.options.batch_size):
+            found.extend(self._retry("retrieve", lambda c=chunk: self._client().retrieve(
+                self.collection, [_point_id(p) for p in c], with_payload=True,
+                with_vectors=[PAGES] if vectors else False)))
+        return found
+
+    def _scroll(self, collection: str, flt: models.Filter | None,
+                fields: list[str]) -> list[Any]:
+        points: list[Any] = []
+        offset = None
+        while True:
+            batch, offset = self._retry("scroll", lambda o=offset: self._client().scroll(
+                collection, scroll_filter=flt, limit=1000, offset=o,
+                with_payload=models.PayloadSelectorInclude(include=fields), with_vectors=False))
+            points.extend(batch)
+            if offset is None:
+                return points
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: np.ndarray, k: int = 5, *, filter: dict[str, Any] | None = None,
+               mode: SearchMode = "auto") -> list[SearchResult]:
+        """Top-k pages by MaxSim, best first; ties by page_id ascending."""
+        return self.search_many([query], k, filter=filter, mode=mode)[0]
+
+    def search_many(self, queries: Sequence[np.ndarray], k: int = 5, *,
+                    filter: dict[str, Any] | None = None,
+                    mode: SearchMode = "auto") -> list[list[SearchResult]]:
+        """`search` for several queries in one batched request.
+
+        ``exact`` scans every (filtered) page's multivector; ``two_stage`` prefetches
+        ``options.candidates`` pages through the candidate field and reranks them by MaxSim;
+        ``auto`` is exact up to ``options.exact_max_pages`` pages."""
+        from vrag_compress.store.qdrant_filters import to_qdrant_filter
+
+        qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(_as_list(queries))]
+        k = check_k(k)
+        if mode not in _MODES:
+            raise StoreInputError(f"mode must be one of {_MODES}, got {mode!r}")
+        flt = to_qdrant_filter(filter)
+        if not qs:
+            return []
+        exact = self._use_exact(mode)
+        requests = [self._request(q, k + _TIE_MARGIN, flt, exact) for q in qs]
+        responses = self._retry("query", lambda: self._client().query_batch_points(
+            self.collection, requests))
+        return [_results(r.points, k) for r in responses]
+
+    def _use_exact(self, mode: str) -> bool:
+        if self.candidate == "none" or mode == "exact":
+            return True
+        if mode == "two_stage":
+            return False
+        approx = self._retry("count", lambda: self._client().count(self.collection, exact=False))
+        return approx.count <= self.options.exact_max_pages
+
+    def _request(self, q: np.ndarray, limit: int, flt: models.Filter | None,
+                 exact: bool) -> models.QueryRequest:
+        prefetch = None
+        if not exact:
+            cand = q.mean(axis=0).tolist() if self.candidate == "mean" else _signs(q).tolist()
+            prefetch = models.Prefetch(query=cand, using=self.candidate, filter=flt,
+                                       limit=max(limit, self.options.candidates))
+        return models.QueryRequest(query=q.tolist(), using=PAGES, prefetch=prefetch, filter=flt,
+                                   limit=limit, with_payload=True, with_vector=False)
+
+    # ------------------------------------------------------------------ integrity
+    def verify(self) -> VerifyReport:
+        """Config readable, vector size = dim, every page has a document row and valid payload."""
+        problems: list[str] = []
+        try:
+            self._check_schema()
+        except StoreConfigMismatch as exc:
+            problems.append(str(exc))
+        pages = self._scroll(self.collection, None, ["page_id", "doc_id", "page_no"])
+        docs = {d.doc_id for d in self.documents()}
+        for p in pages:
+            payload = p.payload or {}
+            if str(p.id) != _point_id(str(payload.get("page_id"))):
+                problems.append(f"point {p.id} has page_id {payload.get('page_id')!r} that does "
+                                "not hash to its id")
+            elif payload.get("doc_id") not in docs:
+                problems.append(f"page {payload['page_id']!r}: no row for document "
+                                f"{payload.get('doc_id')!r}")
+        return VerifyReport(ok=not problems, problems=problems, pages=len(pages),
+                            documents=len(docs))
+
+    # ------------------------------------------------------------------ helpers
+    def _client(self) -> QdrantClient:
+        if self.client is None:
+            raise StoreClosedError(f"store {self.root} is closed")
+        return self.client
+
+    def _writable(self) -> None:
+        self._client()
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.root} was opened with readonly=True")
+
+    def _retry(self, what: str, call: Callable[[], T]) -> T:
+        return _retry(self.options, what, call)
+
+
+def _retry(opts: QdrantOptions, what: str, call: Callable[[], T]) -> T:
+    return with_retries(call, retries=opts.retries, backoff_s=opts.retry_backoff_s, what=what)
+
+
+def _location(location: str | QdrantLocation, api_key: str | None) -> QdrantLocation:
+    if isinstance(location, QdrantLocation):
+        return location
+    return parse_qdrant_url(location, api_key=api_key)
+
+
+def _create_collections(client: QdrantClient, loc: QdrantLocation, dim: int, candidate: str,
+                        opts: QdrantOptions) -> None:
+    maxsim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+    vectors = {PAGES: models.VectorParams(
+        size=dim, distance=models.Distance.DOT, multivector_config=maxsim,
+        hnsw_config=models.HnswConfigDiff(m=0), datatype=models.Datatype.FLOAT16,
+        on_disk=opts.on_disk)}
+    if candidate == "mean":
+        vectors["mean"] = models.VectorParams(size=dim, distance=models.Distance.DOT)
+    elif candidate == "binary":
+        vectors["binary"] = models.VectorParams(
+            size=dim, distance=models.Distance.DOT, multivector_config=maxsim,
+            datatype=models.Datatype.FLOAT16)
+    _retry(opts, "create collection", lambda: client.create_collection(
+        loc.collection, vectors_config=vectors))
+    if not _retry(opts, "collection check", lambda: client.collection_exists(
+            loc.collection + SIDECAR_SUFFIX)):
+        _retry(opts, "create collection", lambda: client.create_collection(
+            loc.collection + SIDECAR_SUFFIX, vectors_config={}))
+    if loc.host is not None:  # payload indexes only matter on a server (local mode warns)
+        for name, schema in (("doc_id", models.PayloadSchemaType.KEYWORD),
+                             ("page_id", models.PayloadSchemaType.KEYWORD),
+                             ("page_no", models.PayloadSchemaType.INTEGER)):
+            _retry(opts, "create index", lambda n=name, s=schema: client.create_payload_index(
+                loc.collection, n, s))
+
+
+def _signs(vectors: np.ndarray) -> np.ndarray:
+    """Binary quantisation: +-1/sqrt(D) per component (dot = 1 - 2 * hamming / D)."""
+    return np.where(vectors >= 0, 1.0, -1.0).astype(np.float32) / np.sqrt(vectors.shape[1])
+
+
+def _point_id(page_id: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, "page:" + page_id))
+
+
+def _doc_point_id(doc_id: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, "doc:" + doc_id))
+
+
+def _match(key: str, value: str) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(
+        value=value))])
+
+
+def _chunks(items: list[T], size: int) -> list[list[T]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _as_list(items: Any, what: str = "queries") -> list[Any]:
+    """A list from a sequence argument; a lone record or array is a clear error, not a surprise."""
+    if isinstance(items, (str, bytes, dict, np.ndarray, PageRecord, DocumentRecord)):
+        raise StoreInputError(f"{what} must be a sequence (list/tuple), got {type(items).__name__}")
+    try:
+        return list(items)
+    except TypeError as exc:
+        raise StoreInputError(f"{what} must be a sequence, got {type(items).__name__}") from exc
+
+
+def _page_record(point: Any) -> PageRecord:
+    p = point.payload
+    vectors = point.vector[PAGES] if isinstance(point.vector, dict) else point.vector
+    return PageRecord(p["page_id"], p["doc_id"], int(p["page_no"]),
+                      np.asarray(vectors, dtype=np.float32), dict(p.get("metadata") or {}),
+                      p.get("image_ref"), p.get("text"))
+
+
+def _doc_record(p: dict[str, Any]) -> DocumentRecord:
+    return DocumentRecord(p["doc_id"], p.get("source"), p.get("content_hash"), p.get("n_pages"),
+                          bool(p.get("complete")), dict(p.get("metadata") or {}))
+
+
+def _results(points: list[Any], k: int) -> list[SearchResult]:
+    hits = [SearchResult(p.payload["page_id"], p.payload["doc_id"], int(p.payload["page_no"]),
+                         float(p.score), dict(p.payload.get("metadata") or {}),
+                         p.payload.get("image_ref"), p.payload.get("text")) for p in points]
+    return sorted(hits, key=lambda h: (-h.score, h.page_id))[:k]
