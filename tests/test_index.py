@@ -17,6 +17,8 @@ from PIL import Image
 
 from vrag_compress import VisualIndex, get_compressor, maxsim
 from vrag_compress.index import ModelMismatchError
+from vrag_compress.ingest import Page
+
 
 def page_count(path: Path) -> int:
     pdf = pdfium.PdfDocument(str(path))
@@ -44,7 +46,7 @@ def colqwen_index(gov_folder: Path, shared_data: Path, tmp_path_factory: pytest.
         compressor=get_compressor("sap", ratio=0.25, layers=[0, 1]),
         batch_size=3,
     )
-    index.add([gov_folder], metadata={"collection": "gov"}, progress=False)
+    index.add([gov_folder], metadata={"collection": "gov"}, progress=False, ocr="never")
     index.add(
         shared_data / "vidore_arxivqa_sample" / "images",
         metadata={"collection": "arxiv"},
@@ -104,7 +106,7 @@ def test_hits_carry_images_and_text(colqwen_index):
 
 def test_rerunning_add_skips_unchanged(colqwen_index, gov_folder):
     before = colqwen_index.store.count()
-    report = colqwen_index.add([gov_folder], progress=False)
+    report = colqwen_index.add([gov_folder], progress=False, ocr="never")
     assert report.pages_indexed == 0
     assert len(report.documents_skipped) == len(list(gov_folder.glob("*.pdf")))
     assert colqwen_index.store.count() == before
@@ -115,9 +117,9 @@ def test_changed_file_is_reindexed_and_old_version_removed(tmp_path, shared_data
     work = tmp_path / "doc.pdf"
     shutil.copy(src, work)
     with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
-        first = index.add([work], progress=False)
+        first = index.add([work], progress=False, ocr="never")
         shutil.copy(shared_data / "pdfs" / "gov" / "amt_handbook_sample.pdf", work)
-        second = index.add([work], progress=False)
+        second = index.add([work], progress=False, ocr="never")
         assert second.documents_replaced == first.documents_indexed
         docs = index.documents()
         assert [d.doc_id for d in docs] == second.documents_indexed
@@ -127,7 +129,7 @@ def test_changed_file_is_reindexed_and_old_version_removed(tmp_path, shared_data
 def test_reopen_delete_and_model_mismatch(tmp_path, shared_data):
     path = tmp_path / "arxiv.vrag"
     with VisualIndex.create(path, model="tiny-colpali", compressor="uot", ratio=0.2) as index:
-        index.add(shared_data / "vidore_arxivqa_sample" / "images", progress=False)
+        index.add(shared_data / "vidore_arxivqa_sample" / "images", progress=False, ocr="never")
         total = index.store.count()
         some_doc = index.documents()[0].doc_id
     with pytest.raises(ModelMismatchError, match="tiny-colpali"):
@@ -153,7 +155,7 @@ def test_bad_files_are_reported_and_good_ones_indexed(tmp_path, shared_data):
     (folder / "truncated.pdf").write_bytes(good[: len(good) // 3])
     (folder / "empty.pdf").write_bytes(b"")
     with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
-        report = index.add([folder], progress=False)
+        report = index.add([folder], progress=False, ocr="never")
         assert index.store.count() == page_count(folder / "good.pdf")
     failed = {Path(f["path"]).name for f in report.failures}
     assert {"corrupt.pdf", "empty.pdf"} <= failed
@@ -165,7 +167,7 @@ RESUME_SCRIPT = """
 import sys
 from vrag_compress import VisualIndex
 index = VisualIndex.create(sys.argv[1], model="tiny-colqwen2", compressor="random", batch_size=1)
-index.add([sys.argv[2]], progress=False)
+index.add([sys.argv[2]], progress=False, ocr="never")
 """
 
 
@@ -193,7 +195,7 @@ def test_interrupted_indexing_resumes_without_duplicates(tmp_path, shared_data):
     interrupted = _committed_pages(path)
     assert 0 < interrupted < expected
     with VisualIndex.open(path) as index:
-        report = index.add([folder], progress=False)
+        report = index.add([folder], progress=False, ocr="never")
         assert report.pages_indexed == expected - interrupted
         assert index.store.count() == expected
         ids = index.store.page_ids()
@@ -208,3 +210,29 @@ def _committed_pages(path: Path) -> int:
             return index.store.count()
     except Exception:
         return 0
+
+
+def test_adapter_api_upsert_get_delete_pages(tmp_path, shared_data):
+    """What the LlamaIndex / LangChain adapters use: own ids, per-page metadata, upserts."""
+    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:3]
+    pages = [
+        Page(
+            doc_id=f"doc{i}", page_no=1, image=Image.open(p).convert("RGB"), text=f"t{i}", source=p
+        )
+        for i, p in enumerate(images)
+    ]
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        ids = index.upsert_pages(
+            pages, page_ids=["a", "b", "c"], metadata=[{"n": i} for i in range(3)]
+        )
+        assert ids == ["a", "b", "c"] and index.store.count() == 3
+        got = index.get(["c", "missing", "a"])
+        assert [h.page_id for h in got] == ["c", "a"]
+        assert got[0].metadata["n"] == 2 and got[0].text == "t2" and got[0].image.size[0] > 0
+        index.upsert_pages(pages[:1], page_ids=["a"], metadata=[{"n": 9}])
+        assert index.store.count() == 3 and index.get(["a"])[0].metadata["n"] == 9
+        image_file = index.get(["b"])[0].image_path
+        assert index.delete_pages(["b", "nope"]) == 1
+        assert not image_file.exists() and "doc1" not in {d.doc_id for d in index.documents()}
+        assert index.clear() == 2 and index.store.count() == 0 and index.documents() == []
+        assert index.verify().ok

@@ -21,10 +21,23 @@ from vrag_compress.compress import get_compressor
 from vrag_compress.compress.base import CompressedPage, Compressor
 from vrag_compress.encoders.base import Encoder, PageEncoding
 from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
-from vrag_compress.store import DocumentRecord, LocalStore, PageRecord, VerifyReport
+from vrag_compress.store import (
+    DocumentRecord,
+    LocalStore,
+    MultiVectorStore,
+    PageRecord,
+    VerifyReport,
+)
 from vrag_compress.store.catalog import CATALOG_NAME
+from vrag_compress.store.open import (
+    create_store,
+    open_store,
+    read_store_pointer,
+    write_store_pointer,
+)
 from vrag_compress.version import __version__
 
 log = logging.getLogger(__name__)
@@ -92,10 +105,38 @@ class AddReport:
     documents_replaced: list[str] = field(default_factory=list)
     failures: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    ocr_mode: str = "never"
+    ocr_pages: list[dict[str, Any]] = field(default_factory=list)
+    ocr_failures: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    def record_ocr(self, page: Page, result: PageText) -> None:
+        """Per-page OCR timing; an OCR failure is listed but the page is still indexed."""
+        if result.error is not None:
+            entry = {"path": str(page.source), "page_no": str(page.page_no), "reason": result.error}
+            self.ocr_failures.append(entry)
+        elif result.ocr_ran:
+            self.ocr_pages.append(
+                {
+                    "doc_id": page.doc_id,
+                    "page_no": page.page_no,
+                    "seconds": round(result.seconds, 3),
+                    "chars": len(result.text or ""),
+                }
+            )
+
+    def ocr_summary(self) -> dict[str, Any]:
+        seconds = sum(p["seconds"] for p in self.ocr_pages)
+        return {
+            "mode": self.ocr_mode,
+            "pages": len(self.ocr_pages),
+            "seconds": round(seconds, 3),
+            "per_page": self.ocr_pages,
+            "failures": self.ocr_failures,
+        }
 
     def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
         entry = {"path": str(path), "reason": reason}
@@ -112,6 +153,7 @@ class AddReport:
             "documents_replaced": self.documents_replaced,
             "failures": self.failures,
             "seconds": round(self.seconds, 3),
+            "ocr": self.ocr_summary(),
         }
 
 
@@ -136,7 +178,9 @@ def _model_config_name(encoder: Encoder) -> str:
 class VisualIndex:
     """A folder holding a compressed multi-vector index of document pages, plus their images."""
 
-    def __init__(self, path: Path, store: LocalStore, encoder: Encoder | None, device: str) -> None:
+    def __init__(
+        self, path: Path, store: MultiVectorStore, encoder: Encoder | None, device: str
+    ) -> None:
         self.path = path
         self.store = store
         self._encoder = encoder
@@ -170,11 +214,15 @@ class VisualIndex:
         image_format: str = "webp",
         image_max_side: int = 1280,
         encoder: Encoder | None = None,
+        store: str | None = None,
     ) -> VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
         `compressor` is a compressor object, a method name (with `ratio`), or None for SAP at
-        `ratio` with the model's built-in layer window when one is known.
+        `ratio` with the model's built-in layer window when one is known. `store` is None for
+        the embedded store inside the folder, or a URL (``qdrant://host:port/collection``,
+        ``qdrant+local://PATH``): the vectors then live there and the folder keeps the images,
+        layouts and a pointer to the store.
         """
         path = Path(path)
         if encoder is None:
@@ -194,13 +242,20 @@ class VisualIndex:
             "renderer": renderer,
             "vrag_version": __version__,
         }
-        store = LocalStore.create(path, config)
-        return cls(path, store, encoder, device)
+        if store is None:
+            return cls(path, LocalStore.create(path, config), encoder, device)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise VisualIndexError(f"{path} already exists and is not an empty folder")
+        remote = create_store(store, config)
+        path.mkdir(parents=True, exist_ok=True)
+        write_store_pointer(path, store)
+        return cls(path, remote, encoder, device)
 
     @staticmethod
     def exists(path: str | Path) -> bool:
         """Whether `path` already holds an index (so `add` should open rather than create)."""
-        return (Path(path) / CATALOG_NAME).is_file()
+        path = Path(path)
+        return (path / CATALOG_NAME).is_file() or read_store_pointer(path) is not None
 
     @classmethod
     def open(
@@ -211,14 +266,19 @@ class VisualIndex:
         device: str = "auto",
         encoder: Encoder | None = None,
         readonly: bool = False,
+        store: str | None = None,
     ) -> VisualIndex:
-        """Open an existing index; the encoder loads lazily on the first add or search."""
+        """Open an existing index; the encoder loads lazily on the first add or search.
+
+        The vectors come from `store` when given (a URL or store folder), else from the store
+        the folder points at, else from the embedded store inside the folder."""
         path = Path(path)
         if not path.exists():
             raise VisualIndexError(
                 f"{path}: no index here (create one with `vrag index ... --index {path}`)"
             )
-        store = LocalStore.open(path, readonly=readonly)
+        target = store or read_store_pointer(path) or path
+        store = open_store(target, readonly=readonly)
         recorded = store.config["model_id"]
         asked = model or (encoder and _model_config_name(encoder))
         if asked and asked != recorded:
@@ -263,12 +323,18 @@ class VisualIndex:
         results = self.store.search(vectors, k, filter=filter, mode=mode)
         return [self._hit(r) for r in results]
 
-    def _hit(self, result: Any) -> Hit:
+    def get(self, page_ids: Sequence[str]) -> list[Hit]:
+        """Stored pages by id, in the order asked; unknown ids are left out. Scores are NaN."""
+        records = self.store.get(list(page_ids), missing="skip")
+        return [self._hit(r, score=float("nan")) for r in records]
+
+    def _hit(self, result: Any, score: float | None = None) -> Hit:
+        """A `Hit` from a search result, or from a stored `PageRecord` with the given score."""
         metadata = dict(result.metadata or {})
         return Hit(
             doc_id=result.doc_id,
             page_no=result.page_no,
-            score=float(result.score),
+            score=float(result.score) if score is None else score,
             source=metadata.get("source"),
             metadata=metadata,
             text=result.text,
@@ -319,19 +385,99 @@ class VisualIndex:
         self.assets.remove_document(doc_id)
         return removed
 
+    def delete_pages(self, page_ids: Sequence[str]) -> int:
+        """Delete pages by id with their stored files; a document left without pages goes too.
+
+        Unknown ids are ignored. Returns how many pages were deleted."""
+        records = self.store.get(list(page_ids), missing="skip")
+        if not records:
+            return 0
+        removed = self.store.delete(page_ids=[r.page_id for r in records])
+        for record in records:
+            self.assets.remove_page(record.doc_id, record.page_no, record.image_ref)
+        for doc_id in {r.doc_id for r in records}:
+            if not self.store.page_ids(doc_id):
+                self.delete(doc_id)
+        return removed
+
+    def clear(self) -> int:
+        """Delete every document and page; returns how many pages were deleted."""
+        removed = sum(self.delete(d.doc_id) for d in self.documents())
+        leftover = self.store.page_ids()
+        return removed + (self.store.delete(page_ids=leftover) if leftover else 0)
+
+    def upsert_pages(
+        self,
+        pages: Sequence[Page],
+        *,
+        page_ids: Sequence[str] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Encode, compress and store rendered pages under the given ids, replacing existing ones.
+
+        For adapters (LlamaIndex nodes, LangChain documents) whose entries carry their own ids and
+        metadata; files go through `add`, which also skips unchanged documents and resumes.
+        Default ids are ``<doc_id>:<page_no>``. Commits one atomic batch per `batch_size` pages.
+        """
+        pages = list(pages)
+        ids = (
+            list(page_ids)
+            if page_ids is not None
+            else [_page_id(p.doc_id, p.page_no) for p in pages]
+        )
+        metas = list(metadata) if metadata is not None else [{} for _ in pages]
+        if not len(ids) == len(metas) == len(pages):
+            raise ValueError(
+                f"upsert_pages: {len(pages)} pages, {len(ids)} ids, {len(metas)} metadata dicts"
+            )
+        for start in range(0, len(pages), self.batch_size):
+            chunk = slice(start, start + self.batch_size)
+            encodings, compressed = self._encode(pages[chunk])
+            empty = [i for i, e in zip(ids[chunk], encodings, strict=True) if e.n_tokens == 0]
+            if empty:
+                raise VisualIndexError(f"the encoder produced no visual tokens for pages {empty}")
+            records = [
+                self._page_record(page, encoding, packed, metadata=meta, page_id=page_id)
+                for page, encoding, packed, meta, page_id in zip(
+                    pages[chunk], encodings, compressed, metas[chunk], ids[chunk], strict=True
+                )
+            ]
+            documents = {
+                r.doc_id: DocumentRecord(
+                    doc_id=r.doc_id, source=r.metadata.get("source"), complete=True
+                )
+                for r in records
+                if self.store.document(r.doc_id) is None
+            }
+            self.store.upsert(records, documents=list(documents.values()))
+        return ids
+
+    def _encode(self, pages: Sequence[Page]) -> tuple[list[PageEncoding], list[CompressedPage]]:
+        """Encode a batch of pages and compress those that have visual tokens (same order;
+        pages without tokens get an encoding with 0 tokens and no compressed entry)."""
+        encodings = self.encoder.encode_pages(
+            [p.image for p in pages], with_stats=self.compressor.requires_stats
+        )
+        compressed = self.compressor.compress_many([e for e in encodings if e.n_tokens > 0])
+        return encodings, compressed
+
     def add(
         self,
         items: str | Path | Iterable[str | Path] | Sequence[Page],
         metadata: dict[str, Any] | None = None,
         *,
         progress: bool = True,
+        ocr: str | PageOcr = "auto",
     ) -> AddReport:
         """Index files, folders or already-rendered `Page`s; unchanged documents are skipped.
 
         Returns a report of what was indexed, skipped and failed (with reasons); one bad file
-        never stops the rest.
+        never stops the rest. `ocr` ("auto", "always", "never" or a `PageOcr`) gives pages
+        without a text layer their OCR'd text (see `vrag_compress.ocr`).
         """
-        report = AddReport()
+        page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
+        page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
+        report = AddReport(ocr_mode=page_ocr.mode)
         started = time.perf_counter()
         states = self._plan(items, metadata or {}, report)
         total = sum(s.record.n_pages - s.last_page for s in states)
@@ -340,9 +486,9 @@ class VisualIndex:
             for state, page in self._stream(states, report):
                 batch.append((state, page))
                 if len(batch) >= self.batch_size:
-                    self._commit(batch, report, bar)
+                    self._commit(batch, report, bar, page_ocr)
                     batch = []
-            self._commit(batch, report, bar)
+            self._commit(batch, report, bar, page_ocr)
         self._finish(states, report)
         report.seconds = time.perf_counter() - started
         return report
@@ -391,10 +537,10 @@ class VisualIndex:
             report.documents_skipped.append(document.doc_id)
             report.pages_skipped += existing.n_pages or 0
             return None
-        stored = [int(pid.rsplit(":", 1)[1]) for pid in self.store.page_ids(document.doc_id)]
+        stored = [r.page_no for r in self.store.get(self.store.page_ids(document.doc_id))]
         record = DocumentRecord(
             doc_id=document.doc_id,
-            source=str(document.source),
+            source=str(Path(document.source).resolve()),
             content_hash=document.content_hash,
             n_pages=document.n_pages,
             complete=False,
@@ -418,21 +564,25 @@ class VisualIndex:
                 document.close()
 
     def _commit(
-        self, batch: list[tuple[_DocState, Page]], report: AddReport, bar: IndexProgress
+        self,
+        batch: list[tuple[_DocState, Page]],
+        report: AddReport,
+        bar: IndexProgress,
+        page_ocr: PageOcr | None = None,
     ) -> None:
-        """Encode, compress, save images, and commit one batch atomically."""
+        """OCR where needed, encode, compress, save images, and commit one batch atomically."""
         if not batch:
             return
         pages = [page for _, page in batch]
-        encodings = self.encoder.encode_pages(
-            [p.image for p in pages], with_stats=self.compressor.requires_stats
-        )
+        texts = self._page_texts(pages, page_ocr or PageOcr("never"), report)
+        encodings, compressed = self._encode(pages)
         usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
         for i in set(range(len(pages))) - set(usable):
             report.fail(pages[i].source, "the encoder produced no visual tokens", pages[i].page_no)
-        compressed = self.compressor.compress_many([encodings[i] for i in usable])
         records = [
-            self._record(batch[i][0], pages[i], encodings[i], c)
+            self._page_record(
+                pages[i], encodings[i], c, metadata=batch[i][0].record.metadata, text=texts[i]
+            )
             for i, c in zip(usable, compressed, strict=True)
         ]
         touched: dict[str, _DocState] = {}
@@ -445,25 +595,42 @@ class VisualIndex:
         report.pages_indexed += len(records)
         bar.advance(len(batch))
 
-    def _record(
-        self, state: _DocState, page: Page, encoding: PageEncoding, compressed: CompressedPage
+    @staticmethod
+    def _page_texts(pages: list[Page], page_ocr: PageOcr, report: AddReport) -> list[PageText]:
+        """Each page's text layer, or its OCR'd text; OCR failures are reported, not raised."""
+        texts = page_ocr.page_texts([p.image for p in pages], [p.text for p in pages])
+        for page, text in zip(pages, texts, strict=True):
+            report.record_ocr(page, text)
+        return texts
+
+    def _page_record(
+        self,
+        page: Page,
+        encoding: PageEncoding,
+        compressed: CompressedPage,
+        *,
+        metadata: dict[str, Any],
+        text: PageText | None = None,
+        page_id: str | None = None,
     ) -> PageRecord:
+        """Save the page's image and layout, and build its catalog record."""
         image_ref = self.assets.save(page.doc_id, page.page_no, page.image)
         self.assets.save_layout(page.doc_id, page.page_no, encoding, compressed, page.image.size)
-        metadata = {
-            **state.record.metadata,
-            "source": str(page.source),
-            "filename": Path(str(page.source)).name,
-            "n_tokens": encoding.n_tokens,
-        }
+        metadata = {**metadata, "n_tokens": encoding.n_tokens}
+        if page.source:
+            metadata["source"] = str(Path(page.source).resolve())
+            metadata["filename"] = Path(page.source).name
+        if text is None:
+            text = PageText(page.text or None, "layer" if page.text else "none")
+        metadata["text_source"] = text.source
         return PageRecord(
-            page_id=_page_id(page.doc_id, page.page_no),
+            page_id=page_id or _page_id(page.doc_id, page.page_no),
             doc_id=page.doc_id,
             page_no=page.page_no,
             vectors=compressed.vectors,
             metadata=metadata,
             image_ref=image_ref,
-            text=page.text or None,
+            text=text.text,
         )
 
     def _finish(self, states: list[_DocState], report: AddReport) -> None:
@@ -529,7 +696,8 @@ def _resolve_compressor(
     if name == "adaptive-eos":
         raise ValueError(
             "adaptive-eos keeps a per-page number of tokens set by kappa; pass "
-            "get_compressor('adaptive-eos', ratio=..., kappa=...) (or .fit(pages) it) as `compressor`"
+            "get_compressor('adaptive-eos', ratio=..., kappa=...) (or one fitted on pages) "
+            "as `compressor`"
         )
     return get_compressor(name, ratio=ratio)
 

@@ -105,6 +105,12 @@ class PageAssets:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
 
+    def remove_page(self, doc_id: str, page_no: int, image_ref: str | None) -> None:
+        """Remove one page's stored image and layout (missing files are fine)."""
+        for path in (self.image_path(image_ref), self.root / "layouts" / doc_id / f"{page_no}.npz"):
+            if path is not None:
+                path.unlink(missing_ok=True)
+
     def remove_document(self, doc_id: str) -> None:
         for folder in ("images", "layouts"):
             shutil.rmtree(self.root / folder / doc_id, ignore_errors=True)

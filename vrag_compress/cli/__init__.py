@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
     bench_capture,
-    bench_ingest,
     bench_compress,
+    bench_ingest,
+    bench_ocr,
     bench_store,
     calibrate,
     index,

@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vrag_compress.cli.app import app
@@ -27,7 +28,7 @@ JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON on std
 
 
 def fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(EXIT_FAILED)
 
 
@@ -67,12 +68,22 @@ def parse_filter(filters: list[str]) -> dict[str, Any] | None:
     return parse_pairs(filters, "--filter")
 
 
-def open_index(path: Path, readonly: bool = False, device: str = "auto") -> Any:
+StoreOpt = typer.Option(
+    None,
+    "--store",
+    help="Where the vectors live: qdrant://host:port/collection or qdrant+local://PATH "
+    "[default: the embedded store in the index folder, or the store it points at].",
+)
+
+
+def open_index(
+    path: Path, readonly: bool = False, device: str = "auto", store: str | None = None
+) -> Any:
     from vrag_compress.index import VisualIndex, VisualIndexError
     from vrag_compress.store import StoreError
 
     try:
-        return VisualIndex.open(path, readonly=readonly, device=device)
+        return VisualIndex.open(path, readonly=readonly, device=device, store=store)
     except (VisualIndexError, StoreError) as error:
         fail(str(error))
 
@@ -91,16 +102,23 @@ def index(
     batch_size: int = typer.Option(4, help="Pages per encode/compress/commit batch."),
     metadata: list[str] = typer.Option([], "--metadata", "-m", help="KEY=VALUE on every page."),
     no_images: bool = typer.Option(False, help="Store only references to the source files."),
+    store: str | None = StoreOpt,
+    ocr: str = typer.Option(
+        "auto",
+        help="Page text by OCR: auto (pages without a text layer), always, never. "
+        "Needs the [ocr] extra.",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Index files into a compressed multi-vector index (re-running skips unchanged files)."""
+    page_ocr = _page_ocr(ocr)
     from vrag_compress.encoders import ModelNotFoundError
     from vrag_compress.index import VisualIndex
 
     extra = parse_pairs(metadata, "--metadata")
     try:
         if VisualIndex.exists(index_dir):
-            vindex = VisualIndex.open(index_dir, model=model, device=device)
+            vindex = VisualIndex.open(index_dir, model=model, device=device, store=store)
         else:
             vindex = VisualIndex.create(
                 index_dir,
@@ -110,9 +128,10 @@ def index(
                 device=device,
                 batch_size=batch_size,
                 store_images=not no_images,
+                store=store,
             )
         with vindex:
-            report = vindex.add(paths, metadata=extra, progress=not json_out)
+            report = vindex.add(paths, metadata=extra, progress=not json_out, ocr=page_ocr)
     except ModelNotFoundError as error:
         fail(str(error))
     except Exception as error:  # surface any pipeline failure as one clear line
@@ -134,6 +153,34 @@ def _print_report(report: Any) -> None:
     for failure in report.failures:
         where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
         err.print(f"[yellow]failed:[/] {where}: {failure['reason']}")
+    ocr = report.ocr_summary()
+    if ocr["pages"]:
+        share = ocr["seconds"] / report.seconds if report.seconds else 0.0
+        out.print(
+            f"OCR: {ocr['pages']} pages in {ocr['seconds']:.1f}s "
+            f"({ocr['seconds'] / ocr['pages']:.2f}s/page, {share:.0%} of indexing time)"
+        )
+    for failure in ocr["failures"]:
+        err.print(
+            f"[yellow]OCR failed (page indexed without text):[/] {failure['path']} "
+            f"page {failure['page_no']}: {failure['reason']}"
+        )
+
+
+def _page_ocr(mode: str) -> Any:
+    """The `--ocr` choice as a `PageOcr`; `always` without the [ocr] extra fails before indexing."""
+    from rich.markup import escape
+
+    from vrag_compress.ocr import OcrUnavailableError, PageOcr
+
+    try:
+        page_ocr = PageOcr(mode)
+        page_ocr.prepare()
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--ocr") from error
+    except OcrUnavailableError as error:
+        fail(escape(f"--ocr always: {error}"))
+    return page_ocr
 
 
 @app.command()
@@ -143,11 +190,12 @@ def search(
     k: int = typer.Option(5, "-k", help="Number of pages to return."),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
     mode: str = typer.Option("auto", help="auto, exact or two_stage."),
+    store: str | None = StoreOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Search an index; prints the best pages with their scores."""
     where = parse_filter(filter)
-    with open_index(index_dir, readonly=True) as vindex:
+    with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
             hits = vindex.search(query, k=k, filter=where, mode=mode)
         except ValueError as error:

@@ -1,0 +1,108 @@
+"""End to end: `vrag bench retention` on a slice of Cranfield with MiniLM, and the visual smoke
+run on the ViDoRe ArxivQA sample with tiny-colqwen2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import vrag_compress.cli.bench_retention  # noqa: F401  (registers the command)
+from vrag_compress.cli.app import app
+from vrag_compress.eval.datasets import load_beir
+from vrag_compress.eval.runner import (
+    BenchmarkError,
+    MethodSpec,
+    encode_corpus,
+    load_benchmark_encoder,
+    run_retention,
+)
+
+ROW_KEYS = {"method": str, "ratio": float, "ndcg@10": float, "ndcg@5": float, "recall@1": float,
+            "retention@10": float, "sr": float, "tokens_per_doc": float}
+
+
+def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 6, n_extra: int = 8) -> Path:
+    """A small BEIR folder: the first judged queries, their judged docs and some other docs."""
+    ds = load_beir(shared_data / "cranfield")
+    queries = ds.judged_queries()[:n_queries]
+    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra]) | {"471"}
+    out.mkdir()
+    with (out / "corpus.jsonl").open("w") as f:
+        for d in ds.doc_ids:
+            if d in keep:
+                f.write(json.dumps({"_id": d, "title": "", "text": ds.docs[d]}) + "\n")
+    with (out / "queries.jsonl").open("w") as f:
+        for q in queries:
+            f.write(json.dumps({"_id": q, "text": ds.queries[q]}) + "\n")
+    lines = [f"{q}\t{d}\t{g}" for q in queries for d, g in ds.qrels[q].items() if d in keep]
+    (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
+    return out
+
+
+def _check_schema(result: dict) -> None:
+    for key, kind in {"dataset": str, "encoder": str, "n_queries": int, "n_docs": int,
+                      "window": list, "full": dict, "results": list}.items():
+        assert isinstance(result[key], kind), key
+    assert all(isinstance(layer, int) for layer in result["window"])
+    assert {"ndcg@10", "ndcg@5", "ndcg@1", "recall@1"} <= set(result["full"])
+    for row in result["results"]:
+        for key, kind in ROW_KEYS.items():
+            assert isinstance(row[key], kind), (row["method"], key)
+
+
+def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
+    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    args = [
+        "bench", "retention", "--dataset", str(folder), "--encoder", "minilm",
+        "--methods", "identity sap uot random sap-sink adaptive-eos",
+        "--ratios", "0.25,0.1", "--window", "auto", "--calibration-queries", "2",
+        "--json", str(out), "--plot", str(png), "--kept-tokens",
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "uncompressed" in res.output
+    result = json.loads(out.read_text())
+    _check_schema(result)
+    assert result["n_queries"] == 4  # 6 judged queries minus 2 held out for calibration
+    assert result["calibration"]["held_out"] and len(result["calibration"]["sr_curve"]) == 6
+    assert result["skipped_docs"] == ["471"]
+    assert result["n_docs"] == len(load_beir(folder).docs) - 1
+    rows = {(r["method"], r["ratio"]): r for r in result["results"]}
+    assert len(rows) == 12
+    for ratio in (0.25, 0.1):
+        identity = rows[("identity", ratio)]
+        assert identity["retention@10"] == 1.0 and identity["sr"] == 1.0
+        assert identity["tokens_per_doc"] == result["tokens_per_doc_full"]
+        # pruning keeps original vectors: SR <= 1; budgets follow ceil(ratio * N)
+        assert rows[("sap", ratio)]["sr"] <= 1.0 + 1e-9
+        assert rows[("sap", ratio)]["tokens_per_doc"] == rows[("uot", ratio)]["tokens_per_doc"]
+    assert rows[("sap", 0.1)]["tokens_per_doc"] < rows[("sap", 0.25)]["tokens_per_doc"]
+    assert "sap@0.1" in result["kept_tokens"] and "uot@0.1" not in result["kept_tokens"]
+    assert png.stat().st_size > 0
+
+
+def test_visual_smoke_on_arxivqa_with_tiny_colqwen2(shared_data: Path) -> None:
+    ds = load_beir(shared_data / "vidore_arxivqa_sample")
+    encoder = load_benchmark_encoder("tiny-colqwen2", ds.kind, device="cpu")
+    corpus = encode_corpus(ds, encoder)
+    assert len(corpus.pages) == 10 and corpus.pages[0].centrality.shape[0] == encoder.n_layers
+    result = run_retention(ds, corpus, ["identity", "sap", "uot", "random"], [0.25],
+                           window="auto")
+    _check_schema(result)
+    assert result["n_queries"] == 2 and result["calibration"]["held_out"] is False
+    identity = next(r for r in result["results"] if r["method"] == "identity")
+    assert identity["retention@10"] == 1.0
+
+
+def test_bad_benchmark_inputs(shared_data: Path) -> None:
+    assert MethodSpec.parse("sap-sink:dedup=0.8:sink_z=null").params == {
+        "dedup": 0.8, "sink_z": None}
+    with pytest.raises(BenchmarkError, match="key=value"):
+        MethodSpec.parse("sap:oops")
+    ds = load_beir(shared_data / "vidore_arxivqa_sample")
+    with pytest.raises(BenchmarkError, match="outside"):
+        run_retention(ds, None, ["identity"], [1.5])  # type: ignore[arg-type]

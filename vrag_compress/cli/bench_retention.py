@@ -1,0 +1,156 @@
+"""`vrag bench retention`: how much retrieval quality each compression method keeps."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import typer
+
+from vrag_compress.cli.app import bench_app
+
+
+def _split_list(text: str) -> list[str]:
+    return [item for item in re.split(r"[,\s]+", text.strip()) if item]
+
+
+def _parse_ratios(text: str) -> list[float]:
+    try:
+        return [float(v) for v in _split_list(text)]
+    except ValueError as exc:
+        raise typer.BadParameter(f"--ratios must be numbers like '0.5,0.25', got {text!r}") from exc
+
+
+def _parse_window(text: str) -> list[int] | str:
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return [int(v) for v in _split_list(text)]
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"--window must be 'auto' or layers like '3,4', got {text!r}"
+        ) from exc
+
+
+class _Bar:
+    """The runner's progress callback on a rich progress bar (one task per stage)."""
+
+    def __init__(self, progress) -> None:  # noqa: ANN001
+        self.progress = progress
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, stage: str, n: int) -> None:
+        if stage.startswith("start:"):
+            name = stage.removeprefix("start:")
+            self.tasks[name] = self.progress.add_task(name, total=n)
+        else:
+            self.progress.advance(self.tasks[stage], n)
+
+
+def print_table(result: dict, console) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    full = result["full"]
+    table = Table(
+        title=f"retention · {result['dataset']} · {result['encoder']} · "
+        f"{result['n_queries']} queries · {result['n_docs']} docs · window {result['window']}"
+    )
+    for col in ("method", "ratio", "tokens/doc", "NDCG@10", "NDCG@5", "R@1", "retention@10", "SR"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    table.add_row(
+        "uncompressed", "1", f"{result['tokens_per_doc_full']:.1f}", f"{full['ndcg@10']:.4f}",
+        f"{full['ndcg@5']:.4f}", f"{full['recall@1']:.4f}", "1.000", "1.000",
+    )
+    for row in result["results"]:
+        table.add_row(
+            row["method"], f"{row['ratio']:g}", f"{row['tokens_per_doc']:.1f}",
+            f"{row['ndcg@10']:.4f}", f"{row['ndcg@5']:.4f}", f"{row['recall@1']:.4f}",
+            f"{row['retention@10']:.3f}", f"{row['sr']:.3f}",
+        )
+    console.print(table)
+
+
+@bench_app.command("retention")
+def retention(
+    dataset: str = typer.Option(..., help="BEIR folder (text or image corpus) or a hub dataset id"),
+    encoder: str = typer.Option(
+        "minilm", help="text: 'minilm' or an HF encoder folder; images: a Col* model or tiny name"
+    ),
+    methods: str = typer.Option(
+        "sap uot random eos adaptive-eos cluster pool",
+        help="methods, space/comma separated; parameters as name:key=value:key=value",
+    ),
+    ratios: str = typer.Option("0.5 0.25 0.1 0.05", help="keep ratios, space/comma separated"),
+    window: str = typer.Option("auto", help="SAP layer window: 'auto' (SR-guided) or layers"),
+    limit_queries: int | None = typer.Option(None, help="evaluate only the first N queries"),
+    calibration_queries: int | None = typer.Option(
+        None, help="queries held out for --window auto (default 20%, at most 500; 0 = none)"
+    ),
+    json_out: Path = typer.Option(..., "--json", help="write the results here"),
+    plot: Path | None = typer.Option(None, help="retention-vs-ratio plot (PNG)"),
+    sr_plot: Path | None = typer.Option(None, help="per-layer SR curve plot (PNG, --window auto)"),
+    kept_tokens: bool = typer.Option(
+        False, help="text corpora: report which tokens each pruning method keeps (in the JSON)"
+    ),
+    cache_dir: Path | None = typer.Option(None, help="reuse corpus encodings across runs"),
+    threads: int = typer.Option(2, help="torch CPU threads"),
+    seed: int = typer.Option(0, help="seed of the calibration split"),
+) -> None:
+    """Encode the corpus once, compress it with every method and ratio, score exact MaxSim."""
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vrag_compress.eval.analysis import kept_token_report
+    from vrag_compress.eval.datasets import load_dataset
+    from vrag_compress.eval.plot import plot_retention, plot_sr_curve
+    from vrag_compress.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+
+    torch.set_num_threads(threads)
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: do not squeeze the table to 80 columns
+        console = Console(width=120)
+    started = time.perf_counter()
+    data = load_dataset(dataset)
+    options = {"num_threads": threads} if data.kind == "text" else {}
+    model = load_benchmark_encoder(encoder, data.kind, **options)
+    reports: dict[str, dict] = {}
+    tokens = None
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=Console(stderr=True))
+    with bar:
+        corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))
+        encoded_at = time.perf_counter()
+        if kept_tokens and data.kind == "text":
+            tokens = model.document_tokens([data.docs[d] for d in corpus.doc_ids])
+
+        def inspect(label: str, ratio: float, compressed: list) -> None:
+            report = kept_token_report(tokens, compressed) if tokens is not None else None
+            if report is not None:
+                reports[f"{label}@{ratio:g}"] = report
+
+        result = run_retention(
+            data, corpus, _split_list(methods), _parse_ratios(ratios),
+            window=_parse_window(window), limit_queries=limit_queries,
+            calibration_queries=calibration_queries, seed=seed, progress=_Bar(bar),
+            keep_kept=inspect,
+        )
+    result["timing_s"] = {
+        "encode": round(encoded_at - started, 1),
+        "total": round(time.perf_counter() - started, 1),
+    }
+    result["skipped_docs"] = data.empty_docs()
+    if reports:
+        result["kept_tokens"] = reports
+    print_table(result, console)
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {json_out}")
+    if plot is not None:
+        console.print(f"wrote {plot_retention(result, plot)}")
+    curve = result["calibration"]["sr_curve"]
+    if sr_plot is not None and curve:
+        title = f"SR per layer · {result['encoder']} · {result['dataset']}"
+        console.print(f"wrote {plot_sr_curve(curve, result['window'], sr_plot, title)}")

@@ -1,0 +1,227 @@
+"""Variants beyond the papers (SPEC §10), measured by the retention benchmark before any claim.
+
+- ``sap-sink``: sink-aware SAP. Plain SAP's window in-degree favours attention sinks (in MiniLM,
+  a quarter of the kept tokens were "."): tokens that soak up attention from everywhere whatever
+  their content, and that look alike. Two label-free guards, both keeping ORIGINAL vectors:
+  (1) tokens whose window in-degree is a robust outlier (``z > sink_z`` in median/MAD units)
+  are demoted behind every other token; (2) greedy top-k that skips a candidate whose cosine
+  similarity to an already kept token exceeds ``dedup`` (near-duplicates add almost no MaxSim).
+  Skipped tokens fill the budget last, so k is always met.
+- ``uot-anchor``: UOT initialised from SAP's anchors (the top-k SAP tokens) instead of
+  k-means++, so representatives start at identifiable tokens.
+- ``uot-sap``: UOT whose source mass mu comes from the SAP window's centrality instead of the
+  all-layer mean.
+
+Plain ``sap`` and ``uot`` stay exactly per SPEC; these are separate names with their own
+parameters. The compress registry has no public registration hook yet, so `register_variants`
+adds the classes to its name table (importing this module does it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from vrag_compress.compress import registry
+from vrag_compress.compress.base import CompressedPage, CompressionError
+from vrag_compress.compress.common import pruned
+from vrag_compress.compress.sap import SAPCompressor, sap_scores
+from vrag_compress.compress.uot import (
+    MARGINAL_EPS,
+    UOTCompressor,
+    _column,
+    _pad,
+    _padded_uniforms,
+    kmeanspp_init,
+)
+from vrag_compress.encoders.base import PageEncoding
+
+MAD_SCALE = 1.4826
+"""MAD -> sigma for normal data, so ``sink_z`` reads like a z-score."""
+
+
+def robust_z(scores: np.ndarray) -> np.ndarray:
+    """(s - median) / (1.4826 MAD); zeros when the MAD is 0 (flat scores)."""
+    median = np.median(scores)
+    mad = np.median(np.abs(scores - median)) * MAD_SCALE
+    if mad <= 0:
+        return np.zeros_like(scores, dtype=np.float64)
+    return (scores - median) / mad
+
+
+def sink_aware_top_k(
+    vectors: np.ndarray,
+    scores: np.ndarray,
+    k: int,
+    *,
+    dedup: float | None = 0.8,
+    sink_z: float | None = None,
+) -> np.ndarray:
+    """k positions (ascending): candidates in descending score order (ties: lower index), sinks
+    (robust z > ``sink_z``) moved to the end, near-duplicates (cos > ``dedup`` to a kept token)
+    deferred; deferred tokens fill whatever budget is left, in the same order."""
+    order = np.argsort(-scores, kind="stable")
+    if sink_z is not None:
+        is_sink = robust_z(scores)[order] > sink_z
+        order = np.concatenate([order[~is_sink], order[is_sink]])
+    if dedup is None or k >= len(order):
+        return np.sort(order[:k])
+    kept: list[int] = []
+    deferred: list[int] = []
+    nearest = np.full(len(scores), -np.inf, dtype=np.float32)
+    for j in order:
+        if len(kept) == k:
+            break
+        if nearest[j] > dedup:
+            deferred.append(int(j))
+            continue
+        kept.append(int(j))
+        np.maximum(nearest, vectors @ vectors[j], out=nearest)
+    kept.extend(deferred[: k - len(kept)])
+    return np.sort(np.asarray(kept, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class SinkAwareSAPCompressor(SAPCompressor):
+    """SAP with sink demotion and near-duplicate deferral (see the module docstring).
+
+    dedup: cosine above which a candidate counts as a duplicate of a kept token (None: off;
+    default 0.8).
+    sink_z: robust z-score of the window in-degree above which a token counts as a sink
+    (None: off; default 3, the usual outlier cut).
+    """
+
+    name: ClassVar[str] = "sap-sink"
+
+    dedup: float | None = 0.8
+    sink_z: float | None = 3.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dedup is not None and not -1.0 <= float(self.dedup) <= 1.0:
+            raise CompressionError(f"sap-sink: dedup must be a cosine in [-1, 1], got {self.dedup}")
+        if self.sink_z is not None and not np.isfinite(float(self.sink_z)):
+            raise CompressionError(f"sap-sink: sink_z must be finite, got {self.sink_z}")
+
+    def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        out = []
+        for page in pages:
+            window = self.window_for(page.centrality.shape[0])
+            scores = sap_scores(page.centrality, window)
+            kept = sink_aware_top_k(
+                page.vectors, scores, self.budget(page.n_tokens),
+                dedup=self.dedup, sink_z=self.sink_z,
+            )
+            out.append(pruned(page, kept))
+        return out
+
+
+INITS = ("kmeans++", "sap")
+MASSES = ("all", "window")
+
+
+@dataclass(frozen=True)
+class GuidedUOTCompressor(UOTCompressor):
+    """UOT (SPEC §7) steered by SAP's layer window.
+
+    init: "kmeans++" (SPEC) or "sap" (start from the top-k SAP anchors' vectors).
+    mass: "all" (SPEC: all-layer mean in-degree) or "window" (mean over ``layers`` only).
+    layers: the SAP window (0-based); None = SPEC §4 fallback window, with a warning.
+    """
+
+    name: ClassVar[str] = "uot-guided"
+
+    layers: tuple[int, ...] | None = None
+    init: str = "sap"
+    mass: str = "all"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init not in INITS:
+            raise CompressionError(f"{self.name}: init must be one of {INITS}, got {self.init!r}")
+        if self.mass not in MASSES:
+            raise CompressionError(f"{self.name}: mass must be one of {MASSES}, got {self.mass!r}")
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(int(layer) for layer in self.layers))
+        self._sap()  # validates the window
+
+    @property
+    def requires_stats(self) -> bool:
+        return True
+
+    def _sap(self) -> SAPCompressor:
+        return SAPCompressor(ratio=self.ratio, layers=self.layers)
+
+    def _marginal(self, page: PageEncoding) -> np.ndarray:
+        if self.mass == "all":
+            rows = page.centrality
+        else:
+            rows = page.centrality[list(self._sap().window_for(page.centrality.shape[0]))]
+        a = rows.astype(np.float64).mean(axis=0) + MARGINAL_EPS
+        return a / a.sum()
+
+    def _run_batch(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        import torch
+
+        device = torch.device(self.device)
+        ks = [self.budget(p.n_tokens) for p in pages]
+        k_max = max(ks)
+        x, mask = _pad([p.vectors for p in pages], device)
+        mu, _ = _pad([self._marginal(p)[:, None] for p in pages], device)
+        cols = torch.arange(k_max, device=device)[None, :] < _column(ks, device)
+        if self.init == "sap":
+            anchors = [c.vectors for c in self._sap().compress_many(pages)]
+            y0 = _pad(anchors, device)[0]
+            y0 = torch.nn.functional.pad(y0, (0, 0, 0, k_max - y0.shape[1]))
+        else:
+            draws = [
+                _padded_uniforms(self.seed, p, k, k_max) for p, k in zip(pages, ks, strict=True)
+            ]
+            y0 = kmeanspp_init(x, mask, k_max, torch.as_tensor(np.stack(draws), device=device))
+        y, assignment = self._em(x, mu.squeeze(2).to(x.dtype), y0 * cols.unsqueeze(2), cols)
+        y, assignment = y.cpu().numpy(), assignment.cpu().numpy()
+        return [
+            _merged(y[b, :k], assignment[b, : p.n_tokens])
+            for b, (p, k) in enumerate(zip(pages, ks, strict=True))
+        ]
+
+
+def _merged(vectors: np.ndarray, assignment: np.ndarray) -> CompressedPage:
+    from vrag_compress.compress.common import merged
+
+    return merged(vectors, assignment)
+
+
+@dataclass(frozen=True)
+class AnchorUOTCompressor(GuidedUOTCompressor):
+    """``uot-anchor``: UOT initialised from SAP's anchors, SPEC mass (all-layer in-degree)."""
+
+    name: ClassVar[str] = "uot-anchor"
+
+    init: str = "sap"
+    mass: str = "all"
+
+
+@dataclass(frozen=True)
+class SAPGuidedUOTCompressor(GuidedUOTCompressor):
+    """``uot-sap``: UOT with mass from the SAP window's in-degree, SPEC k-means++ init."""
+
+    name: ClassVar[str] = "uot-sap"
+
+    init: str = "kmeans++"
+    mass: str = "window"
+
+
+VARIANTS = (SinkAwareSAPCompressor, AnchorUOTCompressor, SAPGuidedUOTCompressor)
+
+
+def register_variants() -> list[str]:
+    """Make the variants reachable through `get_compressor` / `list_compressors`."""
+    for cls in VARIANTS:
+        registry.COMPRESSORS.setdefault(cls.name, cls)
+    return [cls.name for cls in VARIANTS]
+
+
+register_variants()

@@ -1,0 +1,64 @@
+"""Plots for the retention benchmark: retention vs keep ratio, and the per-layer SR curve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_retention(result: dict[str, Any], out_png: str | Path) -> Path:
+    """retention@10 against the keep ratio (log axis), one line per method; writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_method: dict[str, list[tuple[float, float]]] = {}
+    for row in result["results"]:
+        by_method.setdefault(row["method"], []).append((row["ratio"], row["retention@10"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, points in by_method.items():
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=method)
+    ax.set_xscale("log")
+    ratios = sorted({row["ratio"] for row in result["results"]})
+    ax.set_xticks(ratios, [f"{r:g}" for r in ratios])
+    ax.minorticks_off()
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("keep ratio γ (tokens kept / tokens)")
+    ax.set_ylabel("retention@10 (NDCG@10 / uncompressed)")
+    ax.set_title(
+        f"{result['dataset']} · {result['encoder']} · {result['n_queries']} queries · "
+        f"window {result['window']}"
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, title: str) -> Path:
+    """The per-layer SR curve of single-layer SAP with the selected window shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(range(len(curve)), curve, marker="o")
+    if window:
+        ax.axvspan(min(window) - 0.4, max(window) + 0.4, alpha=0.2, label=f"window {window}")
+    ax.set_xlabel("layer (0-based)")
+    ax.set_ylabel("SR of single-layer SAP")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

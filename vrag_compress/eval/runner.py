@@ -1,0 +1,430 @@
+"""The retention benchmark: encode a corpus ONCE (vectors + attention statistics), then apply
+every requested method and ratio to the same encodings and score the same queries with exact
+MaxSim. Retention = metric(compressed) / metric(uncompressed), same queries, same qrels (SPEC §9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.eval.datasets import BeirDataset, DatasetError, split_queries
+from vrag_compress.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
+
+CACHE_FORMAT = 1
+RUN_DEPTH = 100
+"""Documents per query kept in the ranked run (as BEIR); NDCG@10, Recall@5, MRR need fewer."""
+
+Progress = Callable[[str, int], None]
+"""``progress(stage, n)``: n > 0 advances the current stage; the runner first announces each
+stage with ``progress("start:<stage>", total)``."""
+
+
+class BenchmarkError(ValueError):
+    """The benchmark's inputs do not fit together (methods, ratios, windows, splits)."""
+
+
+@dataclass
+class EncodedCorpus:
+    """One dataset encoded once: document pages (with statistics) and every query's vectors."""
+
+    model_id: str
+    n_layers: int
+    doc_ids: list[str]
+    pages: list[PageEncoding]
+    queries: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def doc_index(self) -> dict[str, int]:
+        return {d: i for i, d in enumerate(self.doc_ids)}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method name plus its extra parameters: ``name`` or ``name:key=value:key=value``
+    (values parsed as JSON when they can be, e.g. ``sap-sink:dedup=0.8:sink_z=null``)."""
+
+    label: str
+    name: str
+    params: dict[str, Any]
+
+    @classmethod
+    def parse(cls, text: str) -> MethodSpec:
+        name, _, rest = text.strip().partition(":")
+        params: dict[str, Any] = {}
+        for item in filter(None, rest.split(":")):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise BenchmarkError(f"method {text!r}: parameter {item!r} needs key=value")
+            try:
+                params[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                params[key.strip()] = value.strip()
+        return cls(text.strip(), name, params)
+
+
+# ------------------------------------------------------------------------------------ encoding
+def load_benchmark_encoder(name: str, kind: str, **options: Any):  # noqa: ANN201
+    """A `TextTokenEncoder` for text corpora, a Col* encoder (`load_encoder`) for page images."""
+    if kind == "text":
+        from vrag_compress.encoders.text import TextTokenEncoder
+
+        return TextTokenEncoder(name, **options)
+    from vrag_compress.encoders import load_encoder
+
+    return load_encoder(name, **options)
+
+
+def _cache_file(cache_dir: Path, dataset: BeirDataset, encoder: Any) -> Path:
+    key = json.dumps(
+        [CACHE_FORMAT, dataset.name, str(dataset.root), len(dataset.docs), len(dataset.queries),
+         encoder.model_id, encoder.dim, getattr(encoder, "max_length", None)]
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir / f"{dataset.name}-{digest}.npz"
+
+
+def _save_cache(path: Path, corpus: EncodedCorpus) -> None:
+    """Plain arrays in an .npz (no pickle): concatenated rows plus lengths."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    query_ids = list(corpus.queries)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(
+        tmp,
+        model_id=np.array(corpus.model_id),
+        n_layers=np.array(corpus.n_layers),
+        doc_ids=np.array(corpus.doc_ids),
+        doc_lengths=np.array([p.n_tokens for p in corpus.pages]),
+        vectors=np.concatenate([p.vectors for p in corpus.pages]),
+        centrality=np.concatenate([p.centrality for p in corpus.pages], axis=1),
+        eos=np.concatenate([p.eos_attention for p in corpus.pages], axis=1),
+        query_ids=np.array(query_ids),
+        query_lengths=np.array([corpus.queries[q].shape[0] for q in query_ids]),
+        query_vectors=np.concatenate([corpus.queries[q] for q in query_ids]),
+    )
+    tmp.replace(path)
+
+
+def _split(array: np.ndarray, lengths: np.ndarray, axis: int = 0) -> list[np.ndarray]:
+    return np.split(array, np.cumsum(lengths)[:-1], axis=axis)
+
+
+def _load_cache(path: Path) -> EncodedCorpus:
+    with np.load(path, allow_pickle=False) as data:
+        lengths = data["doc_lengths"]
+        pages = [
+            PageEncoding(v, centrality=c, eos_attention=e)
+            for v, c, e in zip(
+                _split(data["vectors"], lengths),
+                _split(data["centrality"], lengths, axis=1),
+                _split(data["eos"], lengths, axis=1),
+                strict=True,
+            )
+        ]
+        queries = dict(
+            zip(
+                [str(q) for q in data["query_ids"]],
+                _split(data["query_vectors"], data["query_lengths"]),
+                strict=True,
+            )
+        )
+        return EncodedCorpus(
+            str(data["model_id"]), int(data["n_layers"]), [str(d) for d in data["doc_ids"]],
+            pages, queries,
+        )
+
+
+def encode_corpus(
+    dataset: BeirDataset,
+    encoder: Any,
+    *,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> EncodedCorpus:
+    """Encode every document (with statistics) and every query once; reuse an .npz cache."""
+    cache = _cache_file(cache_dir, dataset, encoder) if cache_dir is not None else None
+    if cache is not None and cache.is_file():
+        return _load_cache(cache)
+    empty = set(dataset.empty_docs())
+    doc_ids = [d for d in dataset.doc_ids if d not in empty]
+    if progress:
+        progress("start:encoding documents", len(doc_ids))
+    if dataset.kind == "text":
+        pages = encoder.encode_documents(
+            [dataset.docs[d] for d in doc_ids], with_stats=True,
+            progress=(lambda n: progress("encoding documents", n)) if progress else None,
+        )
+    else:
+        pages = []
+        for start in range(0, len(doc_ids), 4):
+            chunk = doc_ids[start : start + 4]
+            pages.extend(encoder.encode_pages([dataset.load_image(d) for d in chunk],
+                                              with_stats=True))
+            if progress:
+                progress("encoding documents", len(chunk))
+    query_ids = list(dataset.queries)
+    vectors = encoder.encode_queries([dataset.queries[q] for q in query_ids])
+    corpus = EncodedCorpus(
+        encoder.model_id, int(encoder.n_layers), doc_ids, pages, dict(zip(query_ids, vectors,
+                                                                          strict=True))
+    )
+    if cache is not None:
+        _save_cache(cache, corpus)
+    return corpus
+
+
+# ------------------------------------------------------------------------------------- scoring
+def score_all(
+    query_vectors: Sequence[np.ndarray], docs: Sequence[np.ndarray], max_rows: int = 256
+) -> np.ndarray:
+    """Exact MaxSim of every query against every document -> [n_queries, n_docs].
+
+    Queries are stacked into blocks of about ``max_rows`` token rows; each block is one matrix
+    product against all document tokens, a per-document ``np.maximum.reduceat`` and a per-query
+    ``np.add.reduceat``.
+    """
+    matrix = DocMatrix(docs)
+    out = np.zeros((len(query_vectors), matrix.n_docs))
+    for start, stop in _query_blocks([len(q) for q in query_vectors], max_rows):
+        block = np.concatenate(query_vectors[start:stop]).astype(np.float32)
+        best = np.maximum.reduceat(block @ matrix.vectors.T, matrix.starts, axis=1)
+        offsets = np.cumsum([0] + [len(q) for q in query_vectors[start : stop - 1]])
+        out[start:stop] = np.add.reduceat(best.astype(np.float64), offsets, axis=0)
+    return out
+
+
+def _query_blocks(lengths: Sequence[int], max_rows: int) -> list[tuple[int, int]]:
+    """Consecutive [start, stop) query ranges of at most ``max_rows`` rows (at least 1 query)."""
+    blocks, start, rows = [], 0, 0
+    for i, length in enumerate(lengths):
+        if i > start and rows + length > max_rows:
+            blocks.append((start, i))
+            start, rows = i, 0
+        rows += length
+    if start < len(lengths):
+        blocks.append((start, len(lengths)))
+    return blocks
+
+
+@dataclass
+class Scored:
+    """Scores of the evaluation queries against every document and their metrics."""
+
+    scores: np.ndarray  # [n_queries, n_docs]
+    metrics: dict[str, float]
+
+
+def score_and_evaluate(
+    corpus: EncodedCorpus,
+    docs: Sequence[np.ndarray],
+    query_ids: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+) -> Scored:
+    scores = score_all([corpus.queries[q] for q in query_ids], docs)
+    run = {q: top_k_run(scores[i], corpus.doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
+    return Scored(scores, evaluate(qrels, run, METRICS))
+
+
+def mean_score_retention(
+    full: np.ndarray, compressed: np.ndarray, pairs: Sequence[tuple[int, int]]
+) -> float:
+    """Mean SR over (query row, doc column) pairs; SR = 1 where the full score is 0 (SPEC §5)."""
+    ratios = [
+        1.0 if full[q, d] == 0 else compressed[q, d] / full[q, d] for q, d in pairs
+    ]
+    return float(np.mean(ratios)) if ratios else float("nan")
+
+
+# --------------------------------------------------------------------------------- calibration
+@dataclass
+class Calibration:
+    """The SR-selected SAP window and its evidence (SPEC §6)."""
+
+    window: list[int]
+    sr_curve: list[float] | None
+    query_ids: list[str]
+    held_out: bool
+
+
+def calibration_pairs(
+    corpus: EncodedCorpus, dataset: BeirDataset, query_ids: Sequence[str]
+) -> list[tuple[np.ndarray, PageEncoding]]:
+    """(query vectors, page) for each calibration query and its most relevant document."""
+    index = corpus.doc_index()
+    return [
+        (corpus.queries[q], corpus.pages[index[dataset.best_document(q)]]) for q in query_ids
+    ]
+
+
+def calibrate_window(
+    pairs: Sequence[tuple[np.ndarray, PageEncoding]],
+    n_layers: int,
+    *,
+    gamma: float = 0.1,
+    rho: float = 0.2,
+) -> tuple[list[int], list[float]]:
+    """Per-layer SR curve of single-layer SAP at ``gamma`` and the SPEC §6 window."""
+    from vrag_compress.calibrate import select_window, sr_curve
+
+    pages = [page for _, page in pairs]
+    curve = [float(v) for v in sr_curve(pages, [query for query, _ in pairs], ratio=gamma)]
+    if len(curve) != n_layers:
+        raise BenchmarkError(f"SR curve has {len(curve)} layers, the encoder {n_layers}")
+    start, end = select_window(curve, rho=rho)
+    return list(range(start, end)), curve
+
+
+# -------------------------------------------------------------------------------- the benchmark
+def build_compressor(
+    spec: MethodSpec, ratio: float, window: Sequence[int], corpus: EncodedCorpus
+):  # noqa: ANN201
+    """The compressor for one (method, ratio); SAP-family methods get the window unless the
+    spec sets ``layers``; adaptive-eos has kappa fitted on the corpus pages (label-free) so the
+    mean keep ratio is about ``ratio``."""
+    import vrag_compress.compress.variants  # noqa: F401  (registers the variant methods)
+    from vrag_compress.compress import get_compressor
+
+    params = dict(spec.params)
+    if spec.name == "identity":
+        return get_compressor("identity", **params)
+    if spec.name.startswith("sap") or spec.name in WINDOWED:
+        params.setdefault("layers", list(window))
+    compressor = get_compressor(spec.name, ratio=ratio, **params)
+    if spec.name == "adaptive-eos" and "kappa" not in params:
+        compressor = compressor.fit(corpus.pages)
+    return compressor
+
+
+WINDOWED = {"uot-anchor", "uot-sap"}
+"""Variant methods (besides sap*) that read the SAP window."""
+
+
+def run_retention(
+    dataset: BeirDataset,
+    corpus: EncodedCorpus,
+    methods: Sequence[str],
+    ratios: Sequence[float],
+    *,
+    window: Sequence[int] | str = "auto",
+    limit_queries: int | None = None,
+    calibration_queries: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    keep_kept: Callable[[str, float, list], None] | None = None,
+) -> dict[str, Any]:
+    """Run every method at every ratio on the same encodings; returns the JSON-ready result.
+
+    ``keep_kept(label, ratio, compressed_pages)`` lets a caller inspect what each method kept.
+    """
+    specs = [MethodSpec.parse(m) for m in methods]
+    ratios = [float(r) for r in ratios]
+    for r in ratios:
+        if not 0.0 < r <= 1.0:
+            raise BenchmarkError(f"ratio {r} is outside (0, 1]")
+    calibration = _calibration(dataset, corpus, window, calibration_queries, seed)
+    eval_ids = [q for q in dataset.judged_queries() if q not in set(calibration.query_ids)]
+    if limit_queries is not None:
+        eval_ids = eval_ids[: int(limit_queries)]
+    if not eval_ids:
+        raise BenchmarkError(f"{dataset.name}: no judged query left to evaluate")
+    qrels = {q: dataset.qrels[q] for q in eval_ids}
+    index = corpus.doc_index()
+    pairs = [
+        (row, index[d]) for row, q in enumerate(eval_ids)
+        for d, g in qrels[q].items() if g > 0 and d in index
+    ]
+    full = score_and_evaluate(corpus, [p.vectors for p in corpus.pages], eval_ids, qrels)
+    results = []
+    if progress:
+        progress("start:compressing + scoring", len(specs) * len(ratios))
+    for spec in specs:
+        for ratio in ratios:
+            compressor = build_compressor(spec, ratio, calibration.window, corpus)
+            compressed = compressor.compress_many(corpus.pages)
+            if keep_kept is not None:
+                keep_kept(spec.label, ratio, compressed)
+            scored = score_and_evaluate(corpus, [c.vectors for c in compressed], eval_ids, qrels)
+            results.append(_result_row(spec.label, ratio, scored, full, pairs, compressed))
+            if progress:
+                progress("compressing + scoring", 1)
+    return {
+        "dataset": dataset.name,
+        "encoder": corpus.model_id,
+        "n_queries": len(eval_ids),
+        "n_docs": len(corpus.doc_ids),
+        "window": [int(layer) for layer in calibration.window],
+        "full": full.metrics,
+        "results": results,
+        "calibration": {
+            "n_queries": len(calibration.query_ids),
+            "held_out": calibration.held_out,
+            "sr_curve": calibration.sr_curve,
+            "gamma": 0.1,
+            "rho": 0.2,
+        },
+        "n_layers": corpus.n_layers,
+        "tokens_per_doc_full": float(np.mean([p.n_tokens for p in corpus.pages])),
+    }
+
+
+def _result_row(
+    label: str,
+    ratio: float,
+    scored: Scored,
+    full: Scored,
+    pairs: Sequence[tuple[int, int]],
+    compressed: Sequence[Any],
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"method": label, "ratio": ratio}
+    row.update(scored.metrics)
+    retention = {
+        name: scored.metrics[name] / full.metrics[name] if full.metrics[name] > 0 else float("nan")
+        for name in METRICS
+    }
+    row["retention@10"] = retention["ndcg@10"]
+    row.update({f"retention_{name}": value for name, value in retention.items()})
+    row["sr"] = mean_score_retention(full.scores, scored.scores, pairs)
+    row["tokens_per_doc"] = float(np.mean([c.vectors.shape[0] for c in compressed]))
+    return row
+
+
+def default_calibration_size(n_judged: int) -> int:
+    """20% of the judged queries (at most 500, the paper's pair count); 0 below 20 queries."""
+    return 0 if n_judged < 20 else min(500, math.ceil(0.2 * n_judged))
+
+
+def _calibration(
+    dataset: BeirDataset,
+    corpus: EncodedCorpus,
+    window: Sequence[int] | str,
+    n_calibration: int | None,
+    seed: int,
+) -> Calibration:
+    if not isinstance(window, str):
+        layers = [int(layer) for layer in window]
+        bad = [layer for layer in layers if not 0 <= layer < corpus.n_layers]
+        if not layers or bad:
+            raise BenchmarkError(
+                f"window {layers} must name layers in 0..{corpus.n_layers - 1}"
+            )
+        return Calibration(layers, None, [], held_out=False)
+    if window != "auto":
+        raise BenchmarkError(f"window must be 'auto' or a list of layers, got {window!r}")
+    judged = dataset.judged_queries()
+    size = default_calibration_size(len(judged)) if n_calibration is None else n_calibration
+    if size > 0:
+        cal_ids, _ = split_queries(dataset, size, seed)
+        held_out = True
+    else:  # too small to hold queries out: calibrate on the evaluation queries (reported)
+        cal_ids, held_out = judged, False
+    if not cal_ids:
+        raise DatasetError(f"{dataset.name}: no judged query to calibrate the window on")
+    layers, curve = calibrate_window(calibration_pairs(corpus, dataset, cal_ids), corpus.n_layers)
+    return Calibration(layers, curve, cal_ids if held_out else [], held_out)
