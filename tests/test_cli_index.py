@@ -172,3 +172,45 @@ def test_ask_sends_page_images_and_cites_pages(cli_index: Path, monkeypatch: pyt
     images = [b for b in human.content if b["type"] == "image_url"]
     assert len(images) == 2
     assert images[0]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+def test_methods_lists_every_compressor():
+    code, stdout = run("methods", "--json")
+    assert code == 0
+    names = {row["name"] for row in json.loads(stdout)}
+    assert {"identity", "sap", "uot", "random", "eos", "adaptive-eos", "cluster", "pool"} <= names
+
+
+def test_index_with_a_calibration_profile(tmp_path: Path, shared_data: Path):
+    from vrag_compress.compress.profiles import CalibrationProfile
+
+    profile = CalibrationProfile(model_id="tiny-colqwen2", n_layers=2, window=(1,))
+    profile.save(tmp_path / "profile.json")
+    pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    code, stdout = run(
+        "index",
+        pdf,
+        "--index",
+        tmp_path / "i",
+        "--model",
+        "tiny-colqwen2",
+        "--profile",
+        tmp_path / "profile.json",
+        "--ocr",
+        "never",
+        "--json",
+    )
+    assert code == 0, stdout
+    code, stdout = run("info", tmp_path / "i", "--json")
+    assert json.loads(stdout)["compressor_params"]["layers"] == [1]
+    code, _ = run(
+        "index",
+        pdf,
+        "--index",
+        tmp_path / "j",
+        "--method",
+        "uot",
+        "--profile",
+        tmp_path / "profile.json",
+    )
+    assert code == 2

@@ -98,6 +98,9 @@ def index(
     ),
     method: str = typer.Option("sap", help="Compression method (see `vrag methods`)."),
     ratio: float = typer.Option(0.1, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."),
+    profile: Path | None = typer.Option(
+        None, help="SAP layer-window profile JSON written by `vrag calibrate`."
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     batch_size: int = typer.Option(4, help="Pages per encode/compress/commit batch."),
     metadata: list[str] = typer.Option([], "--metadata", "-m", help="KEY=VALUE on every page."),
@@ -116,6 +119,7 @@ def index(
     from vrag_compress.index import VisualIndex
 
     extra = parse_pairs(metadata, "--metadata")
+    compressor = _compressor(method, ratio, profile)
     try:
         if VisualIndex.exists(index_dir):
             vindex = VisualIndex.open(index_dir, model=model, device=device, store=store)
@@ -123,7 +127,7 @@ def index(
             vindex = VisualIndex.create(
                 index_dir,
                 model=model,
-                compressor=method,
+                compressor=compressor,
                 ratio=ratio,
                 device=device,
                 batch_size=batch_size,
@@ -181,6 +185,39 @@ def _page_ocr(mode: str) -> Any:
     except OcrUnavailableError as error:
         fail(escape(f"--ocr always: {error}"))
     return page_ocr
+
+
+def _compressor(method: str, ratio: float, profile: Path | None) -> Any:
+    """The method name as given, or a SAP compressor built from a calibration profile."""
+    if profile is None:
+        return method
+    if method != "sap":
+        raise typer.BadParameter("--profile is a SAP layer window; use it with --method sap")
+    from vrag_compress.compress import get_compressor
+
+    try:
+        return get_compressor("sap", ratio=ratio, profile=str(profile))
+    except ValueError as error:
+        fail(f"--profile {profile}: {error}")
+
+
+@app.command()
+def methods(json_out: bool = JsonOpt) -> None:
+    """List the compression methods `--method` accepts, with their parameters."""
+    from vrag_compress.compress import get_compressor, list_compressors
+
+    rows = []
+    for name in list_compressors():
+        try:
+            params = get_compressor(name).params
+        except ValueError:
+            params = {}
+        rows.append({"name": name, "params": params})
+    if json_out:
+        emit_json(rows)
+        return
+    for row in rows:
+        out.print(f"[bold]{row['name']}[/]  {json.dumps(row['params'])}")
 
 
 @app.command()
