@@ -1,9 +1,9 @@
 """Index hits and stored pages as LangChain `Document`s, and page images as base64.
 
 Two kinds of entries live in a `VisualIndex` reached through LangChain: *pages* (a page image
-encoded by the Col* model; `page_content` is the PDF text layer) and *texts* (added with
-`add_texts`/`add_documents`; their metadata must round-trip exactly, so a reserved key marks them
-and is stripped again on the way out).
+encoded by the Col* model; `page_content` is the page text, its text layer or OCR text, see
+`vrag_compress.ocr`) and *texts* (added with `add_texts`/`add_documents`; their metadata must
+round-trip exactly, so a reserved key marks them and is stripped again on the way out).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 from PIL import Image
-from vrag_compress.index import Hit, VisualIndex
-from vrag_compress.store import PageRecord
+from vrag_compress.index import Hit
 
 KIND_KEY = "_vrag_kind"
 TEXT_KIND = "text"
@@ -47,22 +46,6 @@ def encode_image(
     buffer = io.BytesIO()
     copy.save(buffer, pil_format)
     return base64.b64encode(buffer.getvalue()).decode("ascii"), mime
-
-
-def record_hit(index: VisualIndex, record: PageRecord) -> Hit:
-    """A scoreless `Hit` for a stored page, so stored pages and search results convert alike."""
-    metadata = dict(record.metadata or {})
-    return Hit(
-        doc_id=record.doc_id,
-        page_no=record.page_no,
-        score=float("nan"),
-        source=metadata.get("source"),
-        metadata=metadata,
-        text=record.text,
-        page_id=record.page_id,
-        _assets=index.assets,
-        _image_ref=record.image_ref,
-    )
 
 
 def hit_to_document(

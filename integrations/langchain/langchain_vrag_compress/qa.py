@@ -58,7 +58,8 @@ def pages_to_message(
     Images come from `image_base64` in the metadata (retriever with `include_image_base64`) or are
     read from `image_path`. Entries without an image (plain texts) contribute their text.
     ``block_style="standard"`` emits LangChain v1 image blocks; ``"openai"`` emits ``image_url``
-    data URLs for providers that only take those. ``include_text`` adds each page's text layer.
+    data URLs for providers that only take those. ``include_text`` adds each page's text
+    (its text layer, or OCR text for scans).
     """
     if block_style not in ("standard", "openai"):
         raise ValueError(f"block_style must be 'standard' or 'openai', got {block_style!r}")

@@ -22,8 +22,8 @@ from langchain_core.vectorstores import VectorStore
 from PIL import Image
 from vrag_compress.compress import get_compressor
 from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.index import Hit, VisualIndex
-from vrag_compress.ingest import open_document
+from vrag_compress.index import Hit, VisualIndex, VisualIndexError
+from vrag_compress.ingest import Page, open_document
 from vrag_compress.store import DocumentRecord, PageRecord
 
 from langchain_vrag_compress._documents import (
@@ -31,7 +31,6 @@ from langchain_vrag_compress._documents import (
     TEXT_KIND,
     entry_doc_id,
     hit_to_document,
-    record_hit,
 )
 
 log = logging.getLogger(__name__)
@@ -217,44 +216,18 @@ class VragVectorStore(VectorStore):
         uris = list(uris)
         metadatas = _per_item(metadatas, len(uris), "metadatas")
         ids = _ids(ids, len(uris))
-        index = self.index
-        pages: list[PageRecord] = []
-        for start in range(0, len(uris), index.batch_size):
-            chunk = slice(start, start + index.batch_size)
-            pages += self._image_records(uris[chunk], metadatas[chunk], ids[chunk])
-        self._upsert(pages)
+        images = [_load_image(u) for u in uris]  # every input is checked before any write
+        pages = [
+            Page(entry_doc_id(i), 1, image, None, None)  # type: ignore[arg-type]
+            for i, image in zip(ids, images, strict=True)
+        ]
+        # the file path goes into the metadata as given (a Page `source` would be resolved)
+        metadata = [{**m, **_file_metadata(u)} for u, m in zip(uris, metadatas, strict=True)]
+        try:
+            self.index.upsert_pages(pages, page_ids=ids, metadata=metadata)
+        except VisualIndexError as error:  # e.g. an image without visual tokens
+            raise VragStoreError(str(error)) from error
         return ids
-
-    def _image_records(
-        self, uris: list[ImageInput], metadatas: list[dict], ids: list[str]
-    ) -> list[PageRecord]:
-        index = self.index
-        images = [_load_image(u) for u in uris]
-        encodings = index.encoder.encode_pages(images, with_stats=index.compressor.requires_stats)
-        for uri, encoding in zip(uris, encodings, strict=True):
-            if encoding.n_tokens == 0:
-                raise VragStoreError(f"{_describe(uri)}: the encoder produced no visual tokens")
-        compressed = index.compressor.compress_many(encodings)
-        records = []
-        for uri, image, meta, entry_id, enc, comp in zip(
-            uris, images, metadatas, ids, encodings, compressed, strict=True
-        ):
-            doc_id = entry_doc_id(entry_id)
-            image_ref = index.assets.save(doc_id, 1, image)
-            index.assets.save_layout(doc_id, 1, enc, comp, image.size)
-            source = None if isinstance(uri, Image.Image) else str(uri)
-            file_meta = {"source": source, "filename": Path(source).name} if source else {}
-            records.append(
-                PageRecord(
-                    page_id=entry_id,
-                    doc_id=doc_id,
-                    page_no=1,
-                    vectors=comp.vectors,
-                    metadata={**meta, **file_meta, "n_tokens": enc.n_tokens},
-                    image_ref=image_ref,
-                )
-            )
-        return records
 
     def add_files(
         self, paths: str | Path | Sequence[str | Path], metadata: dict[str, Any] | None = None
@@ -278,25 +251,16 @@ class VragVectorStore(VectorStore):
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         """Delete entries by id (unknown ids are ignored); ``ids=None`` deletes everything."""
-        store = self.index.store
         if ids is None:
-            for document in store.documents():
-                self.index.delete(document.doc_id)
-            store.delete(page_ids=store.page_ids())
-            return True
-        ids = list(ids)
-        doc_ids = {record.doc_id for record in store.get(ids, missing="skip")}
-        store.delete(page_ids=ids)
-        for doc_id in doc_ids:
-            if not store.page_ids(doc_id):
-                self.index.delete(doc_id)  # drops the document row and its stored images
+            self.index.clear()
+        else:
+            self.index.delete_pages(list(ids))  # a document left empty goes with its images
         return True
 
     # ----------------------------------------------------------------- reading
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """Entries by id, in the order asked; unknown ids are left out."""
-        records = self.index.store.get(list(ids), missing="skip")
-        return [self._document(record_hit(self.index, r), with_score=False) for r in records]
+        return [self._document(hit, with_score=False) for hit in self.index.get(list(ids))]
 
     def _document(self, hit: Hit, *, with_score: bool) -> Document:
         return hit_to_document(
@@ -396,5 +360,8 @@ def _load_image(item: ImageInput) -> Image.Image:
         return document.page(1).image
 
 
-def _describe(item: ImageInput) -> str:
-    return "PIL image" if isinstance(item, Image.Image) else str(item)
+def _file_metadata(item: ImageInput) -> dict[str, Any]:
+    """``source`` (as given) and ``filename`` of an image file; nothing for a PIL image."""
+    if isinstance(item, Image.Image):
+        return {}
+    return {"source": str(item), "filename": Path(item).name}

@@ -33,8 +33,8 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from PIL import Image
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder
-from vrag_compress.index import DEFAULT_MODEL, Hit, VisualIndex
-from vrag_compress.store import DocumentRecord, PageRecord
+from vrag_compress.index import DEFAULT_MODEL, VisualIndex, VisualIndexError
+from vrag_compress.ingest import Page
 
 from llama_index.retrievers.vrag_compress.filters import (
     StoreFilter,
@@ -143,10 +143,19 @@ class VragVectorStore(BasePydanticVectorStore):
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Encode, compress and store image nodes (same node id replaces the stored page)."""
         pending = self._resolve(nodes)
-        batch_size = max(1, self._index.batch_size)
-        for start in range(0, len(pending), batch_size):
-            self._write(pending[start : start + batch_size])
-        return [p.node.node_id for p in pending]
+        # no `source` on the Page: the node's own `source` metadata is stored as given
+        pages = [
+            Page(p.doc_id, p.page_no, p.image, p.node.text or None, None)  # type: ignore[arg-type]
+            for p in pending
+        ]
+        try:
+            return self._index.upsert_pages(
+                pages,
+                page_ids=[p.node.node_id for p in pending],
+                metadata=[_stored_metadata(p) for p in pending],
+            )
+        except VisualIndexError as error:  # e.g. a page without visual tokens
+            raise ValueError(str(error)) from error
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         return await asyncio.to_thread(self.add, nodes, **kwargs)
@@ -176,38 +185,6 @@ class VragVectorStore(BasePydanticVectorStore):
             pending.append(_PendingPage(node, doc_id, page_no, node_image(node), source))
         return pending
 
-    def _write(self, batch: list[_PendingPage]) -> None:
-        """Encode, compress, save images, and commit one batch atomically (upsert)."""
-        index = self._index
-        encodings = index.encoder.encode_pages(
-            [p.image for p in batch], with_stats=index.compressor.requires_stats
-        )
-        empty = [p.node.node_id for p, e in zip(batch, encodings, strict=True) if e.n_tokens == 0]
-        if empty:
-            raise ValueError(f"the encoder produced no visual tokens for nodes {empty}")
-        compressed = index.compressor.compress_many(encodings)
-        records = []
-        for page, encoding, packed in zip(batch, encodings, compressed, strict=True):
-            image_ref = index.assets.save(page.doc_id, page.page_no, page.image)
-            index.assets.save_layout(page.doc_id, page.page_no, encoding, packed, page.image.size)
-            records.append(
-                PageRecord(
-                    page_id=page.node.node_id,
-                    doc_id=page.doc_id,
-                    page_no=page.page_no,
-                    vectors=packed.vectors,
-                    metadata=_stored_metadata(page, encoding.n_tokens),
-                    image_ref=image_ref,
-                    text=page.node.text or None,
-                )
-            )
-        new_docs = {p.doc_id: p.source for p in batch if index.store.document(p.doc_id) is None}
-        documents = [
-            DocumentRecord(doc_id=d, source=str(s) if s else None, complete=True)
-            for d, s in new_docs.items()
-        ]
-        index.store.upsert(records, documents=documents)
-
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every page of a document (and its stored images)."""
         self._index.delete(ref_doc_id)
@@ -221,24 +198,11 @@ class VragVectorStore(BasePydanticVectorStore):
         """Delete pages by node id and/or filter (both given: pages matching both)."""
         if node_ids is None and filters is None:
             raise ValueError("delete_nodes needs node_ids or filters; use clear() to empty it")
-        store = self._index.store
-        records = self._records(self._select(node_ids, filters))
-        if not records:
-            return
-        store.delete(page_ids=[r.page_id for r in records])
-        for record in records:
-            self._remove_assets(record)
-        for doc_id in {r.doc_id for r in records}:
-            if not store.page_ids(doc_id):
-                self._index.delete(doc_id)
+        self._index.delete_pages(self._select(node_ids, filters))
 
     def clear(self) -> None:
         """Delete every document and page."""
-        for document in self._index.documents():
-            self._index.delete(document.doc_id)
-        leftover = self._index.store.page_ids()
-        if leftover:
-            self._index.store.delete(page_ids=leftover)
+        self._index.clear()
 
     def persist(self, persist_path: str, fs: Any = None) -> None:
         """Nothing to do: every `add` and `delete` is committed to the index folder."""
@@ -277,8 +241,8 @@ class VragVectorStore(BasePydanticVectorStore):
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
     ) -> list[BaseNode]:
         """Stored nodes by id and/or filter (all nodes when neither is given)."""
-        records = self._records(self._select(node_ids, filters))
-        return [hit_to_node(self._as_hit(r), self.image_mode) for r in records]
+        hits = self._index.get(self._select(node_ids, filters))
+        return [hit_to_node(h, self.image_mode) for h in hits]
 
     def _select(self, node_ids: list[str] | None, filters: MetadataFilters | None) -> list[str]:
         """Page ids matching the ids and the filter, evaluated by the store's own filter engine."""
@@ -294,33 +258,6 @@ class VragVectorStore(BasePydanticVectorStore):
         probe = np.zeros((1, int(store.config["dim"])), dtype=np.float32)
         return [r.page_id for r in store.search(probe, k=total, filter=where, mode="exact")]
 
-    def _records(self, page_ids: list[str]) -> list[PageRecord]:
-        """The stored pages among `page_ids`, in that order (unknown ids are skipped)."""
-        if not page_ids:
-            return []
-        known = set(self._index.store.page_ids())
-        return self._index.store.get([i for i in page_ids if i in known])
-
-    def _as_hit(self, record: PageRecord) -> Hit:
-        return Hit(
-            doc_id=record.doc_id,
-            page_no=record.page_no,
-            score=0.0,
-            source=record.metadata.get("source"),
-            metadata=dict(record.metadata),
-            text=record.text,
-            page_id=record.page_id,
-            _assets=self._index.assets,
-            _image_ref=record.image_ref,
-        )
-
-    def _remove_assets(self, record: PageRecord) -> None:
-        root = self._index.path
-        layout = root / "layouts" / record.doc_id / f"{record.page_no}.npz"
-        for path in (self._index.assets.image_path(record.image_ref), layout):
-            if path is not None:
-                path.unlink(missing_ok=True)
-
 
 def _page_no(value: Any) -> int | None:
     """A 1-based page number from node metadata, or None when absent or not a number."""
@@ -333,13 +270,13 @@ def _page_no(value: Any) -> int | None:
     return number if number >= 1 else None
 
 
-def _stored_metadata(page: _PendingPage, n_tokens: int) -> dict[str, Any]:
-    """The node (without its image bytes or text) plus the fields `VisualIndex` hits expect."""
+def _stored_metadata(page: _PendingPage) -> dict[str, Any]:
+    """The node (without its image bytes or text) plus the citation fields `VisualIndex` hits
+    expect; `upsert_pages` adds `n_tokens` and `text_source`."""
     node = page.node.model_copy()
     node.image = None
     node.embedding = None
     metadata = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
     metadata.setdefault("source", page.source)
     metadata.setdefault("filename", Path(page.source).name if page.source else None)
-    metadata["n_tokens"] = n_tokens
     return metadata
