@@ -10,6 +10,7 @@ from vrag_compress.cli import (  # noqa: F401  (importing registers the commands
     bench_compress,
     bench_ingest,
     bench_ocr,
+    bench_retention,
     bench_store,
     calibrate,
     index,

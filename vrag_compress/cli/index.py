@@ -173,8 +173,6 @@ def _print_report(report: Any) -> None:
 
 def _page_ocr(mode: str) -> Any:
     """The `--ocr` choice as a `PageOcr`; `always` without the [ocr] extra fails before indexing."""
-    from rich.markup import escape
-
     from vrag_compress.ocr import OcrUnavailableError, PageOcr
 
     try:
@@ -183,7 +181,7 @@ def _page_ocr(mode: str) -> Any:
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--ocr") from error
     except OcrUnavailableError as error:
-        fail(escape(f"--ocr always: {error}"))
+        fail(f"--ocr always: {error}")
     return page_ocr
 
 

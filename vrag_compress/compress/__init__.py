@@ -29,6 +29,7 @@ from vrag_compress.compress.registry import (
 )
 from vrag_compress.compress.sap import SAPCompressor
 from vrag_compress.compress.uot import UOTCompressor, uot_reference
+from vrag_compress.compress.variants import VARIANTS  # registers sap-sink, uot-anchor, uot-sap
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -45,6 +46,7 @@ __all__ = [
     "RandomCompressor",
     "SAPCompressor",
     "UOTCompressor",
+    "VARIANTS",
     "budget",
     "builtin_profile",
     "calibrate_kappa",

@@ -13,8 +13,7 @@
   all-layer mean.
 
 Plain ``sap`` and ``uot`` stay exactly per SPEC; these are separate names with their own
-parameters. The compress registry has no public registration hook yet, so `register_variants`
-adds the classes to its name table (importing this module does it).
+parameters. `vrag_compress.compress` imports this module, which registers them.
 """
 
 from __future__ import annotations
@@ -220,7 +219,7 @@ VARIANTS = (SinkAwareSAPCompressor, AnchorUOTCompressor, SAPGuidedUOTCompressor)
 def register_variants() -> list[str]:
     """Make the variants reachable through `get_compressor` / `list_compressors`."""
     for cls in VARIANTS:
-        registry.COMPRESSORS.setdefault(cls.name, cls)
+        registry.register_compressor(cls)
     return [cls.name for cls in VARIANTS]
 
 
