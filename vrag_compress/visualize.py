@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+GOLDEN_RATIO_CONJUGATE = 0.618033988749895
+
 
 def _cell_boxes(
     grid: tuple[int, int], size: tuple[int, int]
@@ -45,11 +47,12 @@ def draw_assignment(
 
     base = image.convert("RGB")
     boxes = _cell_boxes(grid, base.size)
-    cmap = colormaps["tab20"]
+    cmap = colormaps["hsv"]
     overlay = Image.new("RGBA", base.size, (0, 0, 0, 0))
     draw = ImageDraw.Draw(overlay)
     for box, rep in zip(boxes, assignment, strict=True):
-        r, g, b, _ = cmap(int(rep) % cmap.N)
+        # golden-ratio hue steps keep neighbouring representative ids visibly different
+        r, g, b, _ = cmap((int(rep) * GOLDEN_RATIO_CONJUGATE) % 1.0)
         draw.rectangle(box, fill=(int(r * 255), int(g * 255), int(b * 255), 110))
     return Image.alpha_composite(base.convert("RGBA"), overlay).convert("RGB")
 
