@@ -236,3 +236,72 @@ def test_adapter_api_upsert_get_delete_pages(tmp_path, shared_data):
         assert not image_file.exists() and "doc1" not in {d.doc_id for d in index.documents()}
         assert index.clear() == 2 and index.store.count() == 0 and index.documents() == []
         assert index.verify().ok
+
+
+def test_identical_files_are_indexed_once(tmp_path, shared_data):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    src = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    shutil.copy(src, folder / "report.pdf")
+    shutil.copy(src, folder / "report (1).pdf")
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        report = index.add([folder], progress=False, ocr="never")
+        assert report.failures == []
+        assert len(report.documents_indexed) == 1 and len(report.documents_skipped) == 1
+        assert index.store.count() == page_count(src)
+
+
+def test_a_page_that_fails_to_render_does_not_lose_the_rest(tmp_path, shared_data, monkeypatch):
+    import vrag_compress.index as index_module
+    from vrag_compress.ingest import CorruptPDFError
+
+    real_open = index_module.open_document
+
+    class BrokenPageTwo:
+        def __init__(self, document):
+            self._document = document
+
+        def __getattr__(self, name):
+            return getattr(self._document, name)
+
+        def page(self, page_no):
+            if page_no == 2:
+                raise CorruptPDFError(self._document.source, "page 2 is damaged")
+            return self._document.page(page_no)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._document.close()
+
+    monkeypatch.setattr(
+        index_module, "open_document", lambda *a, **k: BrokenPageTwo(real_open(*a, **k))
+    )
+    pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        report = index.add([pdf], progress=False, ocr="never")
+        assert [(f["page_no"], f["reason"]) for f in report.failures] == [
+            ("2", "page 2 is damaged")
+        ]
+        stored = sorted(h.page_no for h in index.get(index.store.page_ids()))
+        assert stored == [n for n in range(1, page_count(pdf) + 1) if n != 2]
+        (document,) = index.documents()
+        assert document.complete and document.metadata["failed_pages"] == [2]
+
+
+def test_adapter_ids_that_look_like_paths_stay_inside_the_index(tmp_path, shared_data):
+    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:2]
+    doc_id = str(tmp_path / "outside" / "x.pdf")  # e.g. SimpleDirectoryReader(filename_as_id=True)
+    pages = [
+        Page(doc_id=doc_id, page_no=1, image=Image.open(p).convert("RGB"), text=None, source=None)
+        for p in images
+    ]
+    with VisualIndex.create(tmp_path / "i", model="tiny-colqwen2", compressor="random") as index:
+        index.upsert_pages(pages, page_ids=["node-a", "node-b"])
+        a, b = index.get(["node-a", "node-b"])
+        assert a.image_path != b.image_path, "two ids on one (doc, page) must not share a file"
+        assert (tmp_path / "i") in a.image_path.parents and not (tmp_path / "outside").exists()
+        assert a.image.size != b.image.size or list(a.image.getdata()) != list(b.image.getdata())
+        index.delete(doc_id)
+        assert not a.image_path.exists() and not b.image_path.exists()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ class AddReport:
 class _DocState:
     """Bookkeeping for one document while its pages stream through the pipeline."""
 
-    document: Document
+    opener: Callable[[], Document]
     record: DocumentRecord
     last_page: int
     failed_pages: list[int] = field(default_factory=list)
@@ -394,7 +395,7 @@ class VisualIndex:
             return 0
         removed = self.store.delete(page_ids=[r.page_id for r in records])
         for record in records:
-            self.assets.remove_page(record.doc_id, record.page_no, record.image_ref)
+            self.assets.remove_page(record.doc_id, record.page_no, record.image_ref, record.page_id)
         for doc_id in {r.doc_id for r in records}:
             if not self.store.page_ids(doc_id):
                 self.delete(doc_id)
@@ -504,16 +505,23 @@ class VisualIndex:
         for error in errors:
             report.fail(error.path, error.reason)
         states: list[_DocState] = []
+        seen: dict[str, Path] = {}
         for path in paths:
             try:
-                document = open_document(path, dpi=self.dpi, renderer=self.renderer)
+                with open_document(path, dpi=self.dpi, renderer=self.renderer) as document:
+                    opener = partial(
+                        open_document,
+                        path,
+                        doc_id=document.doc_id,
+                        dpi=self.dpi,
+                        renderer=self.renderer,
+                    )
+                    state = self._resume_state(document, opener, metadata, report, seen)
             except IngestError as error:
                 report.fail(error.path, error.reason)
                 continue
-            state = self._resume_state(document, metadata, report)
-            if state is None:
-                document.close()
-            else:
+            seen.setdefault(document.doc_id, path)
+            if state is not None:
                 states.append(state)
         return states
 
@@ -524,14 +532,29 @@ class VisualIndex:
         for doc_id in dict.fromkeys(p.doc_id for p in pages):
             doc_pages = [p for p in pages if p.doc_id == doc_id]
             document = _PagesDocument(doc_id, doc_pages)
-            state = self._resume_state(document, metadata, report)  # type: ignore[arg-type]
+            state = self._resume_state(document, lambda d=document: d, metadata, report)
             if state is not None:
                 states[doc_id] = state
         return list(states.values())
 
     def _resume_state(
-        self, document: Document, metadata: dict[str, Any], report: AddReport
+        self,
+        document: Document | _PagesDocument,
+        opener: Callable[[], Any],
+        metadata: dict[str, Any],
+        report: AddReport,
+        seen: dict[str, Path] | None = None,
     ) -> _DocState | None:
+        """Where this document's indexing starts, or None when there is nothing to do
+        (already complete, or the same content as another file of this run)."""
+        if seen and document.doc_id in seen:
+            log.info(
+                "%s has the same content as %s; indexed once",
+                document.source,
+                seen[document.doc_id],
+            )
+            report.documents_skipped.append(document.doc_id)
+            return None
         existing = self.store.document(document.doc_id)
         if existing is not None and existing.complete:
             report.documents_skipped.append(document.doc_id)
@@ -540,26 +563,38 @@ class VisualIndex:
         stored = [r.page_no for r in self.store.get(self.store.page_ids(document.doc_id))]
         record = DocumentRecord(
             doc_id=document.doc_id,
-            source=str(Path(document.source).resolve()),
+            source=str(Path(document.source).resolve()) if document.source else None,
             content_hash=document.content_hash,
             n_pages=document.n_pages,
             complete=False,
             metadata=dict(metadata),
         )
-        return _DocState(document, record, last_page=max(stored, default=0))
+        return _DocState(opener, record, last_page=max(stored, default=0))
 
     def _stream(
         self, states: list[_DocState], report: AddReport
     ) -> Iterator[tuple[_DocState, Page]]:
-        """Pages of every planned document, rendered lazily, from each one's resume point."""
+        """Pages of every planned document, rendered lazily, from each one's resume point.
+
+        Documents are opened one at a time; a page that fails to render is reported and the
+        document's later pages still get indexed."""
         for state in states:
-            document = state.document
             try:
-                for page in document.iter_pages(start=state.last_page + 1):
-                    yield state, page
+                document = state.opener()
             except IngestError as error:
                 report.fail(error.path, error.reason)
-                state.failed_pages.append(state.last_page + 1)
+                continue
+            try:
+                for page_no in range(state.last_page + 1, document.n_pages + 1):
+                    try:
+                        page = document.page(page_no)
+                    except LookupError:  # caller-rendered pages may skip numbers
+                        continue
+                    except IngestError as error:
+                        report.fail(error.path, error.reason, page_no)
+                        state.failed_pages.append(page_no)
+                        continue
+                    yield state, page
             finally:
                 document.close()
 
@@ -614,8 +649,10 @@ class VisualIndex:
         page_id: str | None = None,
     ) -> PageRecord:
         """Save the page's image and layout, and build its catalog record."""
-        image_ref = self.assets.save(page.doc_id, page.page_no, page.image)
-        self.assets.save_layout(page.doc_id, page.page_no, encoding, compressed, page.image.size)
+        image_ref = self.assets.save(page.doc_id, page.page_no, page.image, page_id)
+        self.assets.save_layout(
+            page.doc_id, page.page_no, encoding, compressed, page.image.size, page_id
+        )
         metadata = {**metadata, "n_tokens": encoding.n_tokens}
         if page.source:
             metadata["source"] = str(Path(page.source).resolve())
@@ -637,10 +674,11 @@ class VisualIndex:
         """Mark finished documents and retire older versions of the same source files."""
         for state in states:
             record = state.record
-            ended = state.failed_pages or state.last_page >= (record.n_pages or 0)
-            if not record.complete and ended:
-                if state.failed_pages:
-                    record.metadata = {**record.metadata, "failed_pages": state.failed_pages}
+            if state.failed_pages:
+                record.metadata = {**record.metadata, "failed_pages": state.failed_pages}
+            if state.failed_pages or (
+                not record.complete and state.last_page >= (record.n_pages or 0)
+            ):
                 record.complete = True
                 self.store.put_document(record)
             if not record.complete:
@@ -662,8 +700,11 @@ class _PagesDocument:
         self.content_hash = doc_id
         self.n_pages = max(p.page_no for p in pages)
 
-    def iter_pages(self, start: int = 1) -> Iterator[Page]:
-        return (p for p in self.pages if p.page_no >= start)
+    def page(self, page_no: int) -> Page:
+        for page in self.pages:
+            if page.page_no == page_no:
+                return page
+        raise LookupError(page_no)
 
     def close(self) -> None:
         pass

@@ -6,7 +6,9 @@ then rename), so a crash can leave an unreferenced image behind but never a dang
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,23 @@ from vrag_compress.compress.base import CompressedPage
 from vrag_compress.encoders.base import PageEncoding
 
 IMAGE_FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+
+def safe_name(name: str) -> str:
+    """A file-name-safe stand-in for an id: the id itself when harmless, else a short hash.
+
+    Ids from adapters can be paths or URLs; they must never escape the index folder."""
+    if _SAFE_NAME.fullmatch(name):
+        return name
+    return "h-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:20]
+
+
+def page_stem(doc_id: str, page_no: int, page_id: str | None = None) -> str:
+    """File stem of a page's image/layout: its number, or its own id when it has a custom one."""
+    if page_id is None or page_id == f"{doc_id}:{page_no}":
+        return str(page_no)
+    return "id-" + safe_name(page_id)
 
 
 class PageAssets:
@@ -45,11 +64,17 @@ class PageAssets:
         self.dpi = dpi
         self.renderer = renderer
 
-    def save(self, doc_id: str, page_no: int, image: Image.Image) -> str | None:
+    def save(
+        self, doc_id: str, page_no: int, image: Image.Image, page_id: str | None = None
+    ) -> str | None:
         """Store a downsized copy of the page image; returns its path relative to the index."""
         if not self.store:
             return None
-        relative = Path("images") / doc_id / f"{page_no}.{self.format}"
+        relative = (
+            Path("images")
+            / safe_name(doc_id)
+            / f"{page_stem(doc_id, page_no, page_id)}.{self.format}"
+        )
         copy = image.convert("RGB")
         copy.thumbnail((self.max_side, self.max_side))
         _atomic_write(
@@ -83,6 +108,7 @@ class PageAssets:
         encoding: PageEncoding,
         compressed: CompressedPage,
         image_size: tuple[int, int],
+        page_id: str | None = None,
     ) -> None:
         """Remember which patches a page kept or merged, so they can be drawn later."""
         if encoding.grid is None:
@@ -95,25 +121,32 @@ class PageAssets:
             arrays["kept"] = np.asarray(compressed.kept, dtype=np.int32)
         if compressed.assignment is not None:
             arrays["assignment"] = np.asarray(compressed.assignment, dtype=np.int32)
-        path = self.root / "layouts" / doc_id / f"{page_no}.npz"
-        _atomic_write(path, lambda f: np.savez(f, **arrays))
+        _atomic_write(self._layout_path(doc_id, page_no, page_id), lambda f: np.savez(f, **arrays))
 
-    def load_layout(self, doc_id: str, page_no: int) -> dict[str, Any] | None:
-        path = self.root / "layouts" / doc_id / f"{page_no}.npz"
+    def _layout_path(self, doc_id: str, page_no: int, page_id: str | None = None) -> Path:
+        stem = page_stem(doc_id, page_no, page_id)
+        return self.root / "layouts" / safe_name(doc_id) / f"{stem}.npz"
+
+    def load_layout(
+        self, doc_id: str, page_no: int, page_id: str | None = None
+    ) -> dict[str, Any] | None:
+        path = self._layout_path(doc_id, page_no, page_id)
         if not path.exists():
             return None
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
 
-    def remove_page(self, doc_id: str, page_no: int, image_ref: str | None) -> None:
+    def remove_page(
+        self, doc_id: str, page_no: int, image_ref: str | None, page_id: str | None = None
+    ) -> None:
         """Remove one page's stored image and layout (missing files are fine)."""
-        for path in (self.image_path(image_ref), self.root / "layouts" / doc_id / f"{page_no}.npz"):
+        for path in (self.image_path(image_ref), self._layout_path(doc_id, page_no, page_id)):
             if path is not None:
                 path.unlink(missing_ok=True)
 
     def remove_document(self, doc_id: str) -> None:
         for folder in ("images", "layouts"):
-            shutil.rmtree(self.root / folder / doc_id, ignore_errors=True)
+            shutil.rmtree(self.root / folder / safe_name(doc_id), ignore_errors=True)
 
 
 def _atomic_write(path: Path, write: Any) -> None:
