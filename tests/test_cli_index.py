@@ -214,3 +214,24 @@ def test_index_with_a_calibration_profile(tmp_path: Path, shared_data: Path):
         tmp_path / "profile.json",
     )
     assert code == 2
+
+
+def test_search_with_an_unloadable_model_fails_cleanly(tmp_path: Path):
+    from vrag_compress import VisualIndex
+
+    class NamedOnly:  # records a model id that is not available offline
+        model_id, dim, n_layers = "vidore/not-downloaded", 8, 2
+
+    VisualIndex.create(tmp_path / "i", encoder=NamedOnly(), compressor="random").close()
+    result = runner.invoke(app, ["search", str(tmp_path / "i"), "anything"])
+    assert result.exit_code == 1
+    assert "not-downloaded" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_reindexing_an_existing_index_keeps_its_model_and_warns_on_ignored_options(
+    cli_index: Path, shared_data: Path
+):
+    pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    result = runner.invoke(app, ["index", str(pdf), "--index", str(cli_index), "--ratio", "0.5"])
+    assert result.exit_code == 0, result.stderr
+    assert "--ratio ignored" in result.stderr

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.encoders.errors import EncoderLoadError
 
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
@@ -90,6 +91,7 @@ def open_index(
 
 @app.command()
 def index(
+    ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., help="PDF or image files, or folders of them."),
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
@@ -122,7 +124,11 @@ def index(
     compressor = _compressor(method, ratio, profile)
     try:
         if VisualIndex.exists(index_dir):
-            vindex = VisualIndex.open(index_dir, model=model, device=device, store=store)
+            given = _explicit(ctx, "model")
+            vindex = VisualIndex.open(
+                index_dir, model=model if given else None, device=device, store=store
+            )
+            _warn_ignored(ctx, vindex)
         else:
             vindex = VisualIndex.create(
                 index_dir,
@@ -148,6 +154,26 @@ def index(
         raise typer.Exit(EXIT_PARTIAL)
 
 
+def _explicit(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
+    """Creation options given for an index that already exists have no effect: say so."""
+    ignored = [
+        f"--{name.replace('_', '-')}"
+        for name in ("method", "ratio", "profile", "batch_size", "no_images")
+        if _explicit(ctx, name)
+    ]
+    if ignored:
+        err.print(
+            f"[yellow]warning:[/] {', '.join(ignored)} ignored: {vindex.path} already exists and "
+            f"uses {vindex.compressor.name} {escape(json.dumps(vindex.compressor.params))}; "
+            "index into a new folder to change them"
+        )
+
+
 def _print_report(report: Any) -> None:
     out.print(
         f"indexed {report.pages_indexed} pages from {len(report.documents_indexed)} documents, "
@@ -156,7 +182,7 @@ def _print_report(report: Any) -> None:
     )
     for failure in report.failures:
         where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
-        err.print(f"[yellow]failed:[/] {where}: {failure['reason']}")
+        err.print(f"[yellow]failed:[/] {escape(where)}: {escape(failure['reason'])}")
     ocr = report.ocr_summary()
     if ocr["pages"]:
         share = ocr["seconds"] / report.seconds if report.seconds else 0.0
@@ -166,8 +192,8 @@ def _print_report(report: Any) -> None:
         )
     for failure in ocr["failures"]:
         err.print(
-            f"[yellow]OCR failed (page indexed without text):[/] {failure['path']} "
-            f"page {failure['page_no']}: {failure['reason']}"
+            f"[yellow]OCR failed (page indexed without text):[/] {escape(failure['path'])} "
+            f"page {failure['page_no']}: {escape(failure['reason'])}"
         )
 
 
@@ -233,14 +259,20 @@ def search(
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
             hits = vindex.search(query, k=k, filter=where, mode=mode)
-        except ValueError as error:
+        except (ValueError, EncoderLoadError) as error:
             fail(str(error))
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
         return
     table = Table("rank", "score", "document", "page", "source")
     for rank, hit in enumerate(hits, start=1):
-        table.add_row(str(rank), f"{hit.score:.3f}", hit.doc_id, str(hit.page_no), hit.source or "")
+        table.add_row(
+            str(rank),
+            f"{hit.score:.3f}",
+            escape(hit.doc_id),
+            str(hit.page_no),
+            escape(hit.source or ""),
+        )
     out.print(table)
 
 
@@ -263,17 +295,23 @@ def ask(
     except asking.NoLLMConfigured as error:
         fail(str(error))
     with open_index(index_dir, readonly=True) as vindex:
-        hits = vindex.search(question, k=k, filter=parse_filter(filter))
+        try:
+            hits = vindex.search(question, k=k, filter=parse_filter(filter))
+        except (ValueError, EncoderLoadError) as error:
+            fail(str(error))
         if not hits:
             fail(f"{index_dir}: the index has no pages to answer from")
-        answer = asking.answer_question(question, hits, chat_model)
+        try:
+            answer = asking.answer_question(question, hits, chat_model)
+        except Exception as error:  # provider errors: missing key, network, refused images
+            fail(f"the chat model failed: {type(error).__name__}: {error}")
     if json_out:
         emit_json(answer.to_dict())
         return
-    out.print(answer.answer)
+    out.print(answer.answer, markup=False)
     out.print("\n[bold]Sources[/]")
     for c in answer.citations:
-        out.print(f"[{c['ref']}] {c['source'] or c['doc_id']}, page {c['page_no']}")
+        out.print(f"[{c['ref']}] {c['source'] or c['doc_id']}, page {c['page_no']}", markup=False)
 
 
 @app.command()
@@ -291,7 +329,7 @@ def info(
         emit_json({**details, "document_list": docs})
         return
     for key, value in details.items():
-        out.print(f"[bold]{key}[/]: {value}")
+        out.print(f"[bold]{key}[/]: {escape(str(value))}")
 
 
 @app.command()
@@ -308,7 +346,7 @@ def verify(
         out.print(f"[green]ok[/]: {report.pages} pages verified")
     else:
         for problem in report.problems:
-            err.print(f"[red]problem:[/] {problem}")
+            err.print(f"[red]problem:[/] {escape(problem)}")
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -329,7 +367,7 @@ def delete(
     if json_out:
         emit_json({"doc_id": doc_id, "pages_deleted": removed})
     else:
-        out.print(f"deleted {removed} pages of {doc_id}")
+        out.print(f"deleted {removed} pages of {doc_id}", markup=False)
 
 
 @app.command()
@@ -361,4 +399,4 @@ def show(
     if json_out:
         emit_json(summary)
     else:
-        out.print(f"wrote {out_path}")
+        out.print(f"wrote {out_path}", markup=False)

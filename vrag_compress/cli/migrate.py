@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -35,16 +36,23 @@ def resolve_target(target: str) -> str:
 def migrate(
     src: str = typer.Argument(..., help="Index folder, embedded store folder or store URL."),
     dst: str = typer.Argument(
-        ..., help="New store: qdrant://host:port/collection, qdrant+local://PATH, or a new "
-        "folder for an embedded store."),
+        ...,
+        help="New store: qdrant://host:port/collection, qdrant+local://PATH, or a new "
+        "folder for an embedded store.",
+    ),
     candidate: str = typer.Option(
-        "mean", help="Qdrant prefetch field: mean, binary or none (exact only)."),
+        "mean", help="Qdrant prefetch field: mean, binary or none (exact only)."
+    ),
     batch: int = typer.Option(256, min=1, help="Pages per copy batch."),
     verify_queries: int = typer.Option(
-        20, "--verify-queries", min=0, help="Probe queries compared on both stores."),
+        20, "--verify-queries", min=0, help="Probe queries compared on both stores."
+    ),
     repoint: Path | None = typer.Option(
-        None, "--repoint", help="After a verified copy to a URL, point this index folder "
-        "(images, layouts) at DST so `VisualIndex.open` / `vrag search` use it."),
+        None,
+        "--repoint",
+        help="After a verified copy to a URL, point this index folder "
+        "(images, layouts) at DST so `VisualIndex.open` / `vrag search` use it.",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
 ) -> None:
     """Copy SRC's pages and documents into a new store DST, then compare search results."""
@@ -61,24 +69,34 @@ def migrate(
                 total = source.count()
                 with _progress() as bar:
                     task = bar.add_task("copying pages", total=total)
-                    copied = copy_store(source, target, batch=batch,
-                                        progress=lambda n: bar.advance(task, n))
+                    copied = copy_store(
+                        source, target, batch=batch, progress=lambda n: bar.advance(task, n)
+                    )
                 check = compare_stores(source, target, queries=verify_queries)
     except StoreError as error:
-        err.print(f"[bold red]error:[/] {error}")
+        err.print(f"[bold red]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from error
-    report = {"src": src, "dst": dst, "pages_copied": copied, "ok": check.ok,
-              "pages_src": check.pages_src, "pages_dst": check.pages_dst,
-              "documents_equal": check.documents_equal, "queries_compared": check.queries,
-              "rank_mismatches": check.rank_mismatches,
-              "max_score_diff": check.max_score_diff}
+    report = {
+        "src": src,
+        "dst": dst,
+        "pages_copied": copied,
+        "ok": check.ok,
+        "pages_src": check.pages_src,
+        "pages_dst": check.pages_dst,
+        "documents_equal": check.documents_equal,
+        "queries_compared": check.queries,
+        "rank_mismatches": check.rank_mismatches,
+        "max_score_diff": check.max_score_diff,
+    }
     _print(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2))
     if not check.ok:
-        err.print("[bold red]error:[/] the copy does not answer like the source; "
-                  "DST was left in place for inspection")
+        err.print(
+            "[bold red]error:[/] the copy does not answer like the source; "
+            "DST was left in place for inspection"
+        )
         raise typer.Exit(1)
     if repoint is not None:
         from vrag_compress.store.open import write_store_pointer
@@ -88,16 +106,28 @@ def migrate(
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
 
 
 def _print(report: dict[str, Any]) -> None:
     table = Table(title=f"vrag migrate {report['src']} -> {report['dst']}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name in ("pages_copied", "pages_src", "pages_dst", "documents_equal",
-                 "queries_compared", "max_score_diff", "ok"):
+    for name in (
+        "pages_copied",
+        "pages_src",
+        "pages_dst",
+        "documents_equal",
+        "queries_compared",
+        "max_score_diff",
+        "ok",
+    ):
         table.add_row(name, str(report[name]))
     table.add_row("rank_mismatches", str(len(report["rank_mismatches"])))
     out.print(table)
