@@ -78,7 +78,8 @@ def write_pdf(path: Path, pages: int | list[str], size: tuple[int, int] = LETTER
 
 
 def write_encrypted_pdf(path: Path, source: Path, password: str) -> Path:
-    pypdf = pytest.importorskip("pypdf", reason="pypdf is in the dev extra")
+    import pypdf  # dev extra: a missing install must fail, not skip
+
     writer = pypdf.PdfWriter(clone_from=str(source))
     writer.encrypt(user_password=password, algorithm="RC4-128")  # RC4 needs no crypto library
     writer.write(str(path))

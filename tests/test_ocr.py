@@ -166,7 +166,6 @@ def scanned_page(shared_data: Path) -> Image.Image:
 
 
 def test_rapidocr_reads_the_scanned_page(scanned_page: Image.Image):
-    pytest.importorskip("rapidocr_onnxruntime")
     text = reading_order(RapidOcrEngine().recognize(scanned_page))
     lines = text.lower().splitlines()
     for word in SCAN_WORDS:
@@ -175,7 +174,6 @@ def test_rapidocr_reads_the_scanned_page(scanned_page: Image.Image):
 
 
 def test_index_ocrs_scans_and_keeps_born_digital_text_layers(tmp_path: Path, shared_data: Path):
-    pytest.importorskip("rapidocr_onnxruntime")
     scan = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
     digital = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
     with new_index(tmp_path / "idx") as index:
@@ -252,7 +250,6 @@ def test_cli_ocr_option(no_rapidocr, tmp_path: Path, shared_data: Path):
 
 
 def test_bench_ocr_reports_time_per_page_and_share(tmp_path: Path, shared_data: Path):
-    pytest.importorskip("rapidocr_onnxruntime")
     from vrag_compress.cli import bench_ocr  # noqa: F401  (registers `vrag bench ocr`)
 
     out = tmp_path / "ocr.json"

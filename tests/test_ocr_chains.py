@@ -6,11 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("rapidocr_onnxruntime")
-pytest.importorskip("langchain_core")
-pytest.importorskip("langchain_vrag_compress")
-
+import rapidocr_onnxruntime  # noqa: F401  (dev extra and integrations: fail, never skip)
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
@@ -95,8 +91,8 @@ def test_lcel_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
 
 
 def test_create_retrieval_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
-    chains = pytest.importorskip("langchain_classic.chains")
-    combine = pytest.importorskip("langchain_classic.chains.combine_documents")
+    from langchain_classic import chains
+    from langchain_classic.chains import combine_documents as combine
     retriever = CompressedColPaliRetriever(
         index=scan_index, k=1, filter={"filename": "ocr_test.pdf"}
     )
@@ -115,11 +111,10 @@ def test_create_retrieval_chain_gives_a_text_only_llm_the_ocr_text(scan_index: V
 
 
 def test_llamaindex_text_query_engine_gets_the_ocr_text(scan_index: VisualIndex):
-    pytest.importorskip("llama_index.core")
-    retrievers = pytest.importorskip("llama_index.retrievers.vrag_compress")
     from llama_index.core.llms import MockLLM
     from llama_index.core.query_engine import RetrieverQueryEngine
     from llama_index.core.schema import ImageNode
+    from llama_index.retrievers import vrag_compress as retrievers
 
     retriever = retrievers.CompressedColPaliRetriever(
         scan_index, similarity_top_k=1, filters={"filename": "ocr_test.pdf"}

@@ -13,9 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("qdrant_client", reason="qdrant-client not installed ([qdrant] extra)")
-
 from qdrant_client.http.exceptions import ResponseHandlingException  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
