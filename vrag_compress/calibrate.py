@@ -217,24 +217,26 @@ def load_calibration_pairs(source: str | Path, limit: int | None = None) -> list
     return pairs if limit is None else pairs[:limit]
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, error: type[Exception] = CalibrationError) -> list[dict]:
+    """The JSON objects of a JSONL file (blank lines skipped); `error` names file and line."""
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CalibrationError(f"{path}:{number}: not valid JSON: {exc}") from exc
-        if not isinstance(row, dict):
-            raise CalibrationError(f"{path}:{number}: expected a JSON object")
-        rows.append(row)
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise error(f"{path}:{number}: expected a JSON object")
+            rows.append(row)
     return rows
 
 
 def _jsonl_pairs(path: Path) -> list[CalibrationPair]:
     pairs = []
-    for number, row in enumerate(_read_jsonl(path), start=1):
+    for number, row in enumerate(read_jsonl(path), start=1):
         if not isinstance(row.get("image"), str) or not isinstance(row.get("query"), str):
             raise CalibrationError(
                 f"{path}: record {number} needs string fields 'image' and 'query', "
@@ -253,12 +255,12 @@ def _beir_pairs(folder: Path) -> list[CalibrationPair]:
             )
     images = {
         str(row["_id"]): folder / row["image"]
-        for row in _read_jsonl(folder / "corpus.jsonl")
+        for row in read_jsonl(folder / "corpus.jsonl")
         if "_id" in row and isinstance(row.get("image"), str)
     }
     queries = {
         str(row["_id"]): row["text"]
-        for row in _read_jsonl(folder / "queries.jsonl")
+        for row in read_jsonl(folder / "queries.jsonl")
         if "_id" in row and isinstance(row.get("text"), str)
     }
     first: dict[str, str] = {}

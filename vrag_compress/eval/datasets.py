@@ -8,10 +8,11 @@ kept (the classic collections reuse small integers for both; SPEC §9).
 from __future__ import annotations
 
 import csv
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from vrag_compress.calibrate import read_jsonl
 
 
 class DatasetError(ValueError):
@@ -69,18 +70,10 @@ class BeirDataset:
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         raise DatasetError(f"missing {path}; a BEIR folder needs corpus.jsonl and queries.jsonl")
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or "_id" not in row:
-                raise DatasetError(f"{path}:{line_no}: each line needs an object with '_id'")
-            rows.append(row)
+    rows = read_jsonl(path, DatasetError)
+    for number, row in enumerate(rows, start=1):
+        if "_id" not in row:
+            raise DatasetError(f"{path}: record {number} needs an '_id'")
     return rows
 
 

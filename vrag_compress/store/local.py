@@ -382,7 +382,7 @@ class LocalStore:
         for page, vec, meta in zip(pages, vectors, metas, strict=True):
             vcrc = seg.vectors_crc(vec)
             page_no = int(page.page_no)
-            rcrc = cat.page_row_crc(
+            fields = (
                 page.page_id,
                 page.doc_id,
                 page_no,
@@ -394,21 +394,7 @@ class LocalStore:
                 len(vec),
                 vcrc,
             )
-            rows.append(
-                (
-                    page.page_id,
-                    page.doc_id,
-                    page_no,
-                    meta,
-                    page.image_ref,
-                    page.text,
-                    seg_id,
-                    offset,
-                    len(vec),
-                    vcrc,
-                    rcrc,
-                )
-            )
+            rows.append((*fields, cat.page_row_crc(*fields)))
             offset += len(vec)
         conn.executemany(
             "INSERT INTO pages(page_id, doc_id, page_no, metadata, image_ref, text, segment_id, "
