@@ -44,10 +44,7 @@ def load_llm(spec: str | None) -> BaseChatModel:
 
 def open_index(path: Path, model: str, documents: list[Path]) -> VisualIndex:
     """Open the index folder (or create it) and add the documents; unchanged files are skipped."""
-    if VisualIndex.exists(path):
-        index = VisualIndex.open(path, model=model)
-    else:
-        index = VisualIndex.create(path, model=model)
+    index = VisualIndex.open_or_create(path, model=model)
     report = index.add(documents, progress=True)
     for failure in report.failures:
         print(f"not indexed: {failure}")

@@ -305,3 +305,12 @@ def test_adapter_ids_that_look_like_paths_stay_inside_the_index(tmp_path, shared
         assert a.image.size != b.image.size or list(a.image.getdata()) != list(b.image.getdata())
         index.delete(doc_id)
         assert not a.image_path.exists() and not b.image_path.exists()
+
+
+def test_open_or_create_creates_then_opens_and_checks_the_model(tmp_path):
+    path = tmp_path / "i"
+    VisualIndex.open_or_create(path, model="tiny-colqwen2", compressor="random").close()
+    with VisualIndex.open_or_create(path) as index:
+        assert index.model_id == "tiny-colqwen2" and index.compressor.name == "random"
+    with pytest.raises(ModelMismatchError):
+        VisualIndex.open_or_create(path, model="tiny-colpali")

@@ -252,6 +252,26 @@ class VisualIndex:
         write_store_pointer(path, store)
         return cls(path, remote, encoder, device)
 
+    @classmethod
+    def open_or_create(
+        cls,
+        path: str | Path,
+        *,
+        model: str | None = None,
+        encoder: Encoder | None = None,
+        device: str = "auto",
+        **create_options: Any,
+    ) -> VisualIndex:
+        """Open the index at `path`, or create it there (`create_options` go to `create`).
+
+        An explicit `model` must match an existing index's model; a new index gets `model`
+        or `DEFAULT_MODEL`."""
+        if cls.exists(path):
+            return cls.open(path, model=model, encoder=encoder, device=device)
+        return cls.create(
+            path, model=model or DEFAULT_MODEL, encoder=encoder, device=device, **create_options
+        )
+
     @staticmethod
     def exists(path: str | Path) -> bool:
         """Whether `path` already holds an index (so `add` should open rather than create)."""

@@ -138,9 +138,9 @@ class VragVectorStore(VectorStore):
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="vrag-langchain-")
             path = Path(self._tmp.name) / "index"
-        if VisualIndex.exists(path):
-            return VisualIndex.open(path, encoder=encoder)
-        return VisualIndex.create(path, compressor=get_compressor("identity"), encoder=encoder)
+        return VisualIndex.open_or_create(
+            path, encoder=encoder, compressor=get_compressor("identity")
+        )
 
     @property
     def embeddings(self) -> Embeddings | None:

@@ -33,7 +33,7 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from PIL import Image
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder
-from vrag_compress.index import DEFAULT_MODEL, VisualIndex, VisualIndexError
+from vrag_compress.index import VisualIndex, VisualIndexError
 from vrag_compress.ingest import Page
 
 from llama_index.retrievers.vrag_compress.filters import (
@@ -110,21 +110,19 @@ class VragVectorStore(BasePydanticVectorStore):
         cls,
         path: str | Path,
         *,
-        model: str = DEFAULT_MODEL,
+        model: str | None = None,
         compressor: Compressor | str | None = None,
         ratio: float = 0.1,
         encoder: Encoder | None = None,
         device: str = "auto",
         image_mode: str = "path",
     ) -> VragVectorStore:
-        """Open the index at `path`, or create it there with `model` and `compressor`."""
-        if VisualIndex.exists(path):
-            index = VisualIndex.open(path, encoder=encoder, device=device)
-        else:
-            index = VisualIndex.create(
-                path, model=model, compressor=compressor, ratio=ratio, device=device,
-                encoder=encoder,
-            )
+        """Open the index at `path`, or create it there with `model` (default
+        `vidore/colqwen2-v1.0`) and `compressor`; an explicit `model` must match an existing
+        index's model."""
+        index = VisualIndex.open_or_create(
+            path, model=model, encoder=encoder, device=device, compressor=compressor, ratio=ratio
+        )
         return cls(index, image_mode=image_mode)
 
     @classmethod
