@@ -74,7 +74,10 @@ def index_documents(args: argparse.Namespace):
     )
 
     store = VragVectorStore.from_path(
-        args.index, model=args.model, compressor=args.compressor, ratio=args.ratio,
+        args.index,
+        model=args.model,
+        compressor=args.compressor,
+        ratio=args.ratio,
         device=args.device,
     )
     known = {d.doc_id for d in store.client.documents()}
@@ -87,8 +90,9 @@ def index_documents(args: argparse.Namespace):
             embed_model=StoreSideEmbedding(),  # the store encodes pages itself
             show_progress=True,
         )
-    print(f"index {args.index}: {store.client.store.count()} pages "
-          f"({len(documents)} new documents)")
+    print(
+        f"index {args.index}: {store.client.store.count()} pages ({len(documents)} new documents)"
+    )
     return store
 
 

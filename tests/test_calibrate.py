@@ -61,10 +61,12 @@ def test_sr_curve_equals_single_layer_sap_averaged_over_pairs():
     assert curve.shape == (8,)
     for layer in range(8):
         sap = get_compressor("sap", ratio=0.1, layers=[layer])
-        expected = np.mean([
-            score_retention(q, p.vectors, c.vectors)
-            for p, q, c in zip(pages, queries, sap.compress_many(pages), strict=True)
-        ])
+        expected = np.mean(
+            [
+                score_retention(q, p.vectors, c.vectors)
+                for p, q, c in zip(pages, queries, sap.compress_many(pages), strict=True)
+            ]
+        )
         assert curve[layer] == pytest.approx(expected, rel=1e-6)
 
 
@@ -204,10 +206,23 @@ def test_vrag_calibrate_end_to_end(tmp_path, shared_data):
     out = tmp_path / "profile.json"
     plot = tmp_path / "sr.png"
     summary = tmp_path / "summary.json"
-    result = CliRunner().invoke(app, [
-        "calibrate", str(shared_data / "vidore_arxivqa_sample"), "--model", "tiny-colqwen2",
-        "--device", "cpu", "--out", str(out), "--plot", str(plot), "--json", str(summary),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(shared_data / "vidore_arxivqa_sample"),
+            "--model",
+            "tiny-colqwen2",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+            "--json",
+            str(summary),
+        ],
+    )
     assert result.exit_code == 0, result.output
     profile = CalibrationProfile.load(out)
     assert profile.model_id == "tiny-colqwen2" and profile.n_pairs == 2
@@ -224,7 +239,5 @@ def test_vrag_calibrate_reports_bad_input(tmp_path):
 
     result = CliRunner().invoke(app, ["calibrate", str(tmp_path / "nope"), "--model", "x"])
     assert result.exit_code == 1
-    result = CliRunner().invoke(
-        app, ["calibrate", str(tmp_path), "--model", "x", "--rho", "2"]
-    )
+    result = CliRunner().invoke(app, ["calibrate", str(tmp_path), "--model", "x", "--rho", "2"])
     assert result.exit_code == 1

@@ -87,8 +87,16 @@ def test_params_rebuild_an_equal_compressor_and_are_json(name):
 
 
 def test_requires_stats_flags():
-    expected = {"identity": False, "sap": True, "uot": True, "random": False, "eos": True,
-                "adaptive-eos": True, "cluster": False, "pool": False}
+    expected = {
+        "identity": False,
+        "sap": True,
+        "uot": True,
+        "random": False,
+        "eos": True,
+        "adaptive-eos": True,
+        "cluster": False,
+        "pool": False,
+    }
     assert {name: build(name).requires_stats for name in ALL_METHODS} == expected
     assert not get_compressor("uot", marginal="uniform").requires_stats
 
@@ -230,8 +238,8 @@ def test_sap_rejects_window_outside_page_layers_and_wrong_model():
 
 
 @pytest.mark.parametrize(
-    "n_layers, window", [(18, range(12, 16)), (28, range(20, 26)), (36, range(26, 34)),
-                         (2, [0]), (1, [0]), (5, [2])]
+    "n_layers, window",
+    [(18, range(12, 16)), (28, range(20, 26)), (36, range(26, 34)), (2, [0]), (1, [0]), (5, [2])],
 )
 def test_sap_fallback_window_warns_and_follows_spec(n_layers, window):
     page = make_page(np.random.default_rng(0), n_layers=n_layers)
@@ -249,8 +257,9 @@ def test_random_is_seeded_and_batch_independent():
     a = get_compressor("random", ratio=0.2, seed=7)
     kept = [p.kept.tolist() for p in a.compress_many(pages)]
     assert kept == [a.compress(p).kept.tolist() for p in pages]
-    assert kept != [p.kept.tolist() for p in get_compressor("random", ratio=0.2, seed=8)
-                    .compress_many(pages)]
+    assert kept != [
+        p.kept.tolist() for p in get_compressor("random", ratio=0.2, seed=8).compress_many(pages)
+    ]
 
 
 def test_eos_keeps_top_attention_at_the_chosen_layer():
@@ -265,8 +274,9 @@ def test_eos_keeps_top_attention_at_the_chosen_layer():
 
 def test_adaptive_eos_native_mode_uses_population_zscores():
     eos = np.array([[0.1, 0.2, 0.3, 0.4, 5.0, 0.0]], np.float32)
-    page = PageEncoding(make_page(np.random.default_rng(0), n=6, n_layers=1).vectors,
-                        eos_attention=eos)
+    page = PageEncoding(
+        make_page(np.random.default_rng(0), n=6, n_layers=1).vectors, eos_attention=eos
+    )
     row = eos[0].astype(np.float64)
     z = (row - row.mean()) / row.std(ddof=0)
     np.testing.assert_allclose(eos_zscores(page), z)

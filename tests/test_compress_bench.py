@@ -13,8 +13,22 @@ CORE = ["identity", "sap", "uot", "random", "eos", "adaptive-eos", "cluster", "p
 
 def test_bench_compress_writes_json(tmp_path):
     out = tmp_path / "bench.json"
-    args = ["bench", "compress", "--tokens", "80", "--dim", "16", "--pages", "6",
-            "--slow-pages", "2", "--layers", "6", "--json", str(out)]
+    args = [
+        "bench",
+        "compress",
+        "--tokens",
+        "80",
+        "--dim",
+        "16",
+        "--pages",
+        "6",
+        "--slow-pages",
+        "2",
+        "--layers",
+        "6",
+        "--json",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())

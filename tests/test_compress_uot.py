@@ -75,8 +75,13 @@ def log_plan(cost, mu, nu, eps, rho, iters):
 
 @pytest.mark.parametrize(
     "solver, eps, rho",
-    [(log_plan, 0.04, 5.0), (log_plan, 0.1, 1.0), (log_plan, 0.01, 5.0),
-     (linear_plan, 0.04, 5.0), (linear_plan, 0.1, 1.0)],  # linear domain only for eps >= 0.025
+    [
+        (log_plan, 0.04, 5.0),
+        (log_plan, 0.1, 1.0),
+        (log_plan, 0.01, 5.0),
+        (linear_plan, 0.04, 5.0),
+        (linear_plan, 0.1, 1.0),
+    ],  # linear domain only for eps >= 0.025
 )
 def test_sinkhorn_converges_to_pot_plan(solver, eps, rho):
     cost, mu, nu = ot_problem()
@@ -124,8 +129,9 @@ def test_reference_follows_spec_em_step_by_step(iters):
     init = init_for(page, 8).astype(np.float64)
     mu = source_marginal(page)
     y, _ = uot_reference(page.vectors.astype(np.float64), mu, init, iters=iters, dtype="float64")
-    np.testing.assert_allclose(y, spec_em(page.vectors.astype(np.float64), mu, init, iters=iters),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        y, spec_em(page.vectors.astype(np.float64), mu, init, iters=iters), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.04, 0.01])
@@ -135,8 +141,9 @@ def test_fast_path_equals_literal_reference(n, epsilon):
     uot = get_compressor("uot", ratio=0.1, epsilon=epsilon)
     got = uot.compress(page)
     k = budget(n, 0.1)
-    y, assignment = uot_reference(page.vectors, source_marginal(page), init_for(page, k),
-                                  epsilon=epsilon)
+    y, assignment = uot_reference(
+        page.vectors, source_marginal(page), init_for(page, k), epsilon=epsilon
+    )
     np.testing.assert_allclose(got.vectors, y, atol=1e-4)
     assert (got.assignment == assignment).mean() > 0.99
 
@@ -198,8 +205,13 @@ def test_bf16_mode_is_close_to_fp32():
 
 @pytest.mark.parametrize(
     "params, message",
-    [({"epsilon": 0}, "epsilon"), ({"rho": float("inf")}, "rho"), ({"iters": 0}, "iters"),
-     ({"precision": "fp8"}, "precision"), ({"marginal": "eos"}, "marginal")],
+    [
+        ({"epsilon": 0}, "epsilon"),
+        ({"rho": float("inf")}, "rho"),
+        ({"iters": 0}, "iters"),
+        ({"precision": "fp8"}, "precision"),
+        ({"marginal": "eos"}, "marginal"),
+    ],
 )
 def test_bad_uot_parameters_are_rejected(params, message):
     with pytest.raises(CompressionError, match=message):

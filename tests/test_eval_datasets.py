@@ -54,8 +54,13 @@ def test_original_beir_layout_with_colliding_ids(tmp_path: Path) -> None:
 
 def test_best_document_prefers_highest_gain_then_file_order(tmp_path: Path) -> None:
     corpus = [{"_id": str(i), "text": f"doc {i}"} for i in range(4)]
-    _write(tmp_path / "d", corpus, [{"_id": "q", "text": "x"}], "q\t2\t1\nq\t3\t3\nq\t1\t3\n",
-           nested=False)
+    _write(
+        tmp_path / "d",
+        corpus,
+        [{"_id": "q", "text": "x"}],
+        "q\t2\t1\nq\t3\t3\nq\t1\t3\n",
+        nested=False,
+    )
     assert load_beir(tmp_path / "d").best_document("q") == "3"
 
 

@@ -50,8 +50,9 @@ def test_batched_maxsim_equals_reference(seed: int, n_queries: int, n_docs: int,
     rng = np.random.default_rng(seed)
 
     def arrays(count: int, most: int) -> list[np.ndarray]:
-        return [rng.normal(size=(rng.integers(1, most), 5)).astype(np.float32)
-                for _ in range(count)]
+        return [
+            rng.normal(size=(rng.integers(1, most), 5)).astype(np.float32) for _ in range(count)
+        ]
 
     queries, docs = arrays(n_queries, 8), arrays(n_docs, 12)
     got = score_all(queries, docs, max_rows=rows)

@@ -20,8 +20,16 @@ from vrag_compress.eval.runner import (
     run_retention,
 )
 
-ROW_KEYS = {"method": str, "ratio": float, "ndcg@10": float, "ndcg@5": float, "recall@1": float,
-            "retention@10": float, "sr": float, "tokens_per_doc": float}
+ROW_KEYS = {
+    "method": str,
+    "ratio": float,
+    "ndcg@10": float,
+    "ndcg@5": float,
+    "recall@1": float,
+    "retention@10": float,
+    "sr": float,
+    "tokens_per_doc": float,
+}
 
 
 def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 6, n_extra: int = 8) -> Path:
@@ -43,8 +51,15 @@ def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 6, n_extra: 
 
 
 def _check_schema(result: dict) -> None:
-    for key, kind in {"dataset": str, "encoder": str, "n_queries": int, "n_docs": int,
-                      "window": list, "full": dict, "results": list}.items():
+    for key, kind in {
+        "dataset": str,
+        "encoder": str,
+        "n_queries": int,
+        "n_docs": int,
+        "window": list,
+        "full": dict,
+        "results": list,
+    }.items():
         assert isinstance(result[key], kind), key
     assert all(isinstance(layer, int) for layer in result["window"])
     assert {"ndcg@10", "ndcg@5", "ndcg@1", "recall@1"} <= set(result["full"])
@@ -57,10 +72,25 @@ def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
     folder = _cranfield_slice(shared_data, tmp_path / "cran")
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     args = [
-        "bench", "retention", "--dataset", str(folder), "--encoder", "minilm",
-        "--methods", "identity sap uot random sap-sink adaptive-eos",
-        "--ratios", "0.25,0.1", "--window", "auto", "--calibration-queries", "2",
-        "--json", str(out), "--plot", str(png), "--kept-tokens",
+        "bench",
+        "retention",
+        "--dataset",
+        str(folder),
+        "--encoder",
+        "minilm",
+        "--methods",
+        "identity sap uot random sap-sink adaptive-eos",
+        "--ratios",
+        "0.25,0.1",
+        "--window",
+        "auto",
+        "--calibration-queries",
+        "2",
+        "--json",
+        str(out),
+        "--plot",
+        str(png),
+        "--kept-tokens",
     ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -90,8 +120,7 @@ def test_visual_smoke_on_arxivqa_with_tiny_colqwen2(shared_data: Path) -> None:
     encoder = load_benchmark_encoder("tiny-colqwen2", ds.kind, device="cpu")
     corpus = encode_corpus(ds, encoder)
     assert len(corpus.pages) == 10 and corpus.pages[0].centrality.shape[0] == encoder.n_layers
-    result = run_retention(ds, corpus, ["identity", "sap", "uot", "random"], [0.25],
-                           window="auto")
+    result = run_retention(ds, corpus, ["identity", "sap", "uot", "random"], [0.25], window="auto")
     _check_schema(result)
     assert result["n_queries"] == 2 and result["calibration"]["held_out"] is False
     identity = next(r for r in result["results"] if r["method"] == "identity")
@@ -100,7 +129,9 @@ def test_visual_smoke_on_arxivqa_with_tiny_colqwen2(shared_data: Path) -> None:
 
 def test_bad_benchmark_inputs(shared_data: Path) -> None:
     assert MethodSpec.parse("sap-sink:dedup=0.8:sink_z=null").params == {
-        "dedup": 0.8, "sink_z": None}
+        "dedup": 0.8,
+        "sink_z": None,
+    }
     with pytest.raises(BenchmarkError, match="key=value"):
         MethodSpec.parse("sap:oops")
     ds = load_beir(shared_data / "vidore_arxivqa_sample")

@@ -53,8 +53,9 @@ def test_statistics_match_eager_attention(encoder: TextTokenEncoder) -> None:
         visual = ~enc.pop("special_tokens_mask")[0].bool()
         with torch.no_grad():
             out = eager(**enc, output_attentions=True)
-        cent = np.stack([a[0][:, visual][:, :, visual].sum(1).mean(0).numpy()
-                         for a in out.attentions])
+        cent = np.stack(
+            [a[0][:, visual][:, :, visual].sum(1).mean(0).numpy() for a in out.attentions]
+        )
         eos = np.stack([a[0][:, -1, visual].mean(0).numpy() for a in out.attentions])
         hidden = out.last_hidden_state[0][visual].numpy()
         np.testing.assert_allclose(page.centrality, cent, atol=1e-5)

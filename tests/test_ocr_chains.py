@@ -93,6 +93,7 @@ def test_lcel_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
 def test_create_retrieval_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
     from langchain_classic import chains
     from langchain_classic.chains import combine_documents as combine
+
     retriever = CompressedColPaliRetriever(
         index=scan_index, k=1, filter={"filename": "ocr_test.pdf"}
     )

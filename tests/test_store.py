@@ -49,8 +49,11 @@ def make_pages(n: int, seed: int = 0, prefix: str = "p") -> list[PageRecord]:
             doc_id=f"doc{i % 4}",
             page_no=i // 4 + 1,
             vectors=unit(rng, int(rng.integers(1, 12))),
-            metadata={"year": 1995 + i % 30, "lang": ["en", "de", "fr"][i % 3],
-                      "kind": f"k{i % 5}"},
+            metadata={
+                "year": 1995 + i % 30,
+                "lang": ["en", "de", "fr"][i % 3],
+                "kind": f"k{i % 5}",
+            },
             image_ref=f"img/{i}.png",
             text=f"text {i}",
         )
@@ -60,14 +63,23 @@ def make_pages(n: int, seed: int = 0, prefix: str = "p") -> list[PageRecord]:
 
 def brute_force(query: np.ndarray, pages: list[PageRecord], k: int) -> list[tuple[str, float]]:
     """Reference ranking: per-page `maxsim` over the fp16-rounded vectors the store keeps."""
-    scored = [(p.page_id, maxsim(query, p.vectors.astype(np.float16).astype(np.float32)))
-              for p in pages]
+    scored = [
+        (p.page_id, maxsim(query, p.vectors.astype(np.float16).astype(np.float32))) for p in pages
+    ]
     return sorted(scored, key=lambda t: (-t[1], t[0]))[:k]
 
 
 HAS_QDRANT = importlib.util.find_spec("qdrant_client") is not None
-BACKENDS = ["embedded", pytest.param("qdrant", marks=pytest.mark.skipif(
-    not HAS_QDRANT, reason="qdrant-client not installed (pip install 'vrag-compress[qdrant]')"))]
+BACKENDS = [
+    "embedded",
+    pytest.param(
+        "qdrant",
+        marks=pytest.mark.skipif(
+            not HAS_QDRANT,
+            reason="qdrant-client not installed (pip install 'vrag-compress[qdrant]')",
+        ),
+    ),
+]
 
 
 def store_target(tmp_path, backend: str):
@@ -175,7 +187,8 @@ def test_exact_search_equals_brute_force(store, clustered):
         np.testing.assert_allclose([r.score for r in got], [e[1] for e in expected], rtol=1e-5)
     batched = store.search_many(queries, k=10, mode="exact")
     assert [[r.page_id for r in res] for res in batched] == [
-        [r.page_id for r in store.search(q, k=10)] for q in queries]
+        [r.page_id for r in store.search(q, k=10)] for q in queries
+    ]
 
 
 def test_kernel_chunking_and_ties():
@@ -188,11 +201,11 @@ def test_kernel_chunking_and_ties():
     chunked = maxsim_scores(queries, tokens, bounds, chunk_tokens=37, threads=3)
     np.testing.assert_allclose(full, chunked, rtol=1e-6)
     for qi, q in enumerate(queries):
-        ref = [maxsim(q, tokens[bounds[p]:bounds[p + 1]]) for p in range(40)]
+        ref = [maxsim(q, tokens[bounds[p] : bounds[p + 1]]) for p in range(40)]
         np.testing.assert_allclose(full[qi], ref, rtol=1e-5)
     assert [b - a for a, b in page_chunks(bounds, 37)] and page_chunks(bounds, 1)[0] == (0, 1)
     rows, nb = gather_pages(bounds, np.array([3, 1]))
-    np.testing.assert_array_equal(rows, np.r_[bounds[3]:bounds[4], bounds[1]:bounds[2]])
+    np.testing.assert_array_equal(rows, np.r_[bounds[3] : bounds[4], bounds[1] : bounds[2]])
     assert nb[-1] == len(rows)
     assert top_k(np.array([1.0, 3.0, 3.0, 2.0, 3.0]), 2).tolist() == [1, 2]
 
@@ -233,8 +246,14 @@ def test_two_stage_ivf_path(tmp_path):
     dim = 32
     arr = clustered_pages(600, 16, dim, n_topics=32, seed=3)
     queries = queries_for(arr, 10, tokens=8, seed=3)
-    with LocalStore.create(tmp_path / "s", {"dim": dim, "model_id": "m"}, ivf_min_tokens=5000,
-                           exact_max_tokens=1000, nprobe=64, candidates_per_token=64) as s:
+    with LocalStore.create(
+        tmp_path / "s",
+        {"dim": dim, "model_id": "m"},
+        ivf_min_tokens=5000,
+        exact_max_tokens=1000,
+        nprobe=64,
+        candidates_per_token=64,
+    ) as s:
         s.add([PageRecord(f"p{i:04d}", "d", 1, arr[i]) for i in range(600)])
         hits = 0
         for q in queries:
@@ -249,12 +268,18 @@ FILTERS = [
     ({"lang": "en"}, lambda m: m["lang"] == "en"),
     ({"year": {"$gte": 2000, "$lt": 2010}}, lambda m: 2000 <= m["year"] < 2010),
     ({"kind": {"$in": ["k1", "k3"]}}, lambda m: m["kind"] in ("k1", "k3")),
-    ({"kind": {"$nin": ["k1", "k3"]}, "lang": {"$ne": "de"}},
-     lambda m: m["kind"] not in ("k1", "k3") and m["lang"] != "de"),
-    ({"$or": [{"lang": "fr"}, {"year": {"$lte": 1997}}]},
-     lambda m: m["lang"] == "fr" or m["year"] <= 1997),
-    ({"$and": [{"doc_id": "doc2"}, {"page_no": {"$gt": 2}}]},
-     lambda m: m["doc_id"] == "doc2" and m["page_no"] > 2),
+    (
+        {"kind": {"$nin": ["k1", "k3"]}, "lang": {"$ne": "de"}},
+        lambda m: m["kind"] not in ("k1", "k3") and m["lang"] != "de",
+    ),
+    (
+        {"$or": [{"lang": "fr"}, {"year": {"$lte": 1997}}]},
+        lambda m: m["lang"] == "fr" or m["year"] <= 1997,
+    ),
+    (
+        {"$and": [{"doc_id": "doc2"}, {"page_no": {"$gt": 2}}]},
+        lambda m: m["doc_id"] == "doc2" and m["page_no"] > 2,
+    ),
     ({"missing": {"$exists": False}, "year": {"$gt": "2000"}}, lambda m: False),
 ]
 
@@ -291,15 +316,18 @@ def test_bad_filters_and_queries(store):
         store.search(q, mode="fast")
 
 
-@pytest.mark.parametrize("mutate,match", [
-    (lambda p: setattr(p, "page_no", 0), "1-based"),
-    (lambda p: setattr(p, "page_id", ""), "page_id"),
-    (lambda p: setattr(p, "vectors", np.ones((0, DIM), np.float32)), "1..65535 rows"),
-    (lambda p: setattr(p, "vectors", np.ones((2, DIM), np.int64)), "float array"),
-    (lambda p: setattr(p, "vectors", np.full((2, DIM), 1e6, np.float32)), "fp16 range"),
-    (lambda p: setattr(p, "metadata", {"x": float("nan")}), "JSON"),
-    (lambda p: setattr(p, "metadata", {1: "a"}), "keys must be str"),
-])
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda p: setattr(p, "page_no", 0), "1-based"),
+        (lambda p: setattr(p, "page_id", ""), "page_id"),
+        (lambda p: setattr(p, "vectors", np.ones((0, DIM), np.float32)), "1..65535 rows"),
+        (lambda p: setattr(p, "vectors", np.ones((2, DIM), np.int64)), "float array"),
+        (lambda p: setattr(p, "vectors", np.full((2, DIM), 1e6, np.float32)), "fp16 range"),
+        (lambda p: setattr(p, "metadata", {"x": float("nan")}), "JSON"),
+        (lambda p: setattr(p, "metadata", {1: "a"}), "keys must be str"),
+    ],
+)
 def test_page_validation(store, mutate, match):
     page = make_pages(1)[0]
     mutate(page)

@@ -44,8 +44,16 @@ CONFIG = {"dim": DIM, "model_id": "tiny/col"}
 
 def synthetic_pages(n: int = 120, tokens: int = 8, seed: int = 3) -> tuple[list, list]:
     arr = clustered_pages(n, tokens, DIM, n_topics=12, seed=seed)
-    pages = [PageRecord(f"p{i:04d}", f"d{i // 10}", i % 10 + 1, arr[i].astype(np.float32),
-                        {"n": i % 7, "lang": ["en", "de"][i % 2]}) for i in range(n)]
+    pages = [
+        PageRecord(
+            f"p{i:04d}",
+            f"d{i // 10}",
+            i % 10 + 1,
+            arr[i].astype(np.float32),
+            {"n": i % 7, "lang": ["en", "de"][i % 2]},
+        )
+        for i in range(n)
+    ]
     return pages, queries_for(arr, 8, tokens=6, seed=seed)
 
 
@@ -65,14 +73,22 @@ def pair(tmp_path):
 def test_parse_urls():
     server = parse_qdrant_url("qdrant://db.example:6400/my_docs")
     assert (server.host, server.port, server.collection, server.https) == (
-        "db.example", 6400, "my_docs", False)
+        "db.example",
+        6400,
+        "my_docs",
+        False,
+    )
     assert parse_qdrant_url("qdrants://h:443/c").https
     assert parse_qdrant_url("qdrant://h:6333/c?grpc=true").prefer_grpc
     local = parse_qdrant_url("qdrant+local:///tmp/q?collection=pages")
     assert (local.path, local.collection, local.host) == ("/tmp/q", "pages", None)
     assert parse_qdrant_url("qdrant+memory://x").path == ":memory:"
-    for bad in ("http://h:6333/c", "qdrant://h:port/c", "qdrant://h:6333/bad/name",
-                "qdrant+local://"):
+    for bad in (
+        "http://h:6333/c",
+        "qdrant://h:port/c",
+        "qdrant://h:6333/bad/name",
+        "qdrant+local://",
+    ):
         with pytest.raises(StoreInputError):
             parse_qdrant_url(bad)
 
@@ -87,9 +103,9 @@ def test_exact_scores_equal_embedded_store(pair):
         assert got[0].metadata == local.get([got[0].page_id])[0].metadata
     batched = remote.search_many(queries, k=5, mode="exact")
     assert [[h.page_id for h in r] for r in batched] == [
-        [h.page_id for h in local.search(q, k=5, mode="exact")] for q in queries]
-    np.testing.assert_array_equal(remote.get(["p0007"])[0].vectors,
-                                  local.get(["p0007"])[0].vectors)
+        [h.page_id for h in local.search(q, k=5, mode="exact")] for q in queries
+    ]
+    np.testing.assert_array_equal(remote.get(["p0007"])[0].vectors, local.get(["p0007"])[0].vectors)
 
 
 @pytest.mark.parametrize("candidate", ["mean", "binary"])
@@ -97,23 +113,31 @@ def test_prefetch_rerank_scores_are_exact_maxsim(tmp_path, candidate):
     """Two-stage hits carry exact MaxSim scores; with a prefetch as large as the collection the
     ranking equals the exact one."""
     pages, queries = synthetic_pages(60)
-    with LocalStore.create(tmp_path / "l", CONFIG) as local, QdrantStore.create(
-            "qdrant+memory://c", CONFIG, candidate=candidate, candidates=60) as remote:
+    with (
+        LocalStore.create(tmp_path / "l", CONFIG) as local,
+        QdrantStore.create(
+            "qdrant+memory://c", CONFIG, candidate=candidate, candidates=60
+        ) as remote,
+    ):
         local.add(pages)
         remote.add(pages)
         for q in queries:
             want = local.search(q, k=5, mode="exact")
             got = remote.search(q, k=5, mode="two_stage")
             assert [h.page_id for h in got] == [h.page_id for h in want]
-            np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
-                                       rtol=1e-5)
+            np.testing.assert_allclose([h.score for h in got], [h.score for h in want], rtol=1e-5)
 
 
 def test_filters_match_embedded_store(pair):
     local, remote, queries = pair
-    specs = [{"lang": "de"}, {"n": {"$in": [1, 3]}, "page_no": {"$lte": 5}},
-             {"$or": [{"doc_id": "d3"}, {"n": {"$gte": 6}}]}, {"lang": {"$nin": ["en"]}},
-             {"n": {"$ne": 2}, "missing": {"$exists": False}}, {"n": 2.0}]
+    specs = [
+        {"lang": "de"},
+        {"n": {"$in": [1, 3]}, "page_no": {"$lte": 5}},
+        {"$or": [{"doc_id": "d3"}, {"n": {"$gte": 6}}]},
+        {"lang": {"$nin": ["en"]}},
+        {"n": {"$ne": 2}, "missing": {"$exists": False}},
+        {"n": 2.0},
+    ]
     for spec in specs:
         for mode in ("exact", "two_stage"):
             want = [h.page_id for h in local.search(queries[0], k=7, filter=spec, mode="exact")]
@@ -191,8 +215,7 @@ def test_retries_transient_errors_only():
 def test_migration_round_trip(tmp_path):
     pages, _ = synthetic_pages(50)
     with LocalStore.create(tmp_path / "src", CONFIG) as src:
-        src.add(pages, documents=[DocumentRecord("d0", source="a.pdf", n_pages=10,
-                                                 complete=True)])
+        src.add(pages, documents=[DocumentRecord("d0", source="a.pdf", n_pages=10, complete=True)])
         with QdrantStore.create(f"qdrant+local://{tmp_path / 'q'}", CONFIG) as mid:
             assert copy_store(src, mid, batch=16) == 50
             there = compare_stores(src, mid, queries=10)
@@ -215,9 +238,20 @@ def test_migrate_cli_and_repoint(tmp_path):
     with LocalStore.create(tmp_path / "idx", CONFIG) as src:
         src.add(pages)
     url = f"qdrant+local://{tmp_path / 'q'}?collection=idx"
-    result = CliRunner().invoke(app, ["migrate", str(tmp_path / "idx"), url, "--candidate",
-                                      "binary", "--repoint", str(tmp_path / "idx"),
-                                      "--json", str(tmp_path / "m.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "migrate",
+            str(tmp_path / "idx"),
+            url,
+            "--candidate",
+            "binary",
+            "--repoint",
+            str(tmp_path / "idx"),
+            "--json",
+            str(tmp_path / "m.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert '"ok": true' in (tmp_path / "m.json").read_text()
     assert read_store_pointer(tmp_path / "idx") == url
@@ -235,8 +269,12 @@ def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
     encoder = load_encoder("tiny-colqwen2", device="cpu")
     made = {}
     for name, store in (("embedded", None), ("qdrant", f"qdrant+local://{tmp_path / 'q'}")):
-        index = VisualIndex.create(tmp_path / name, compressor=get_compressor("sap", ratio=0.25,
-                                   layers=[0, 1]), encoder=encoder, store=store)
+        index = VisualIndex.create(
+            tmp_path / name,
+            compressor=get_compressor("sap", ratio=0.25, layers=[0, 1]),
+            encoder=encoder,
+            store=store,
+        )
         index.add(images, progress=False)
         made[name] = [(h.page_id, round(h.score, 4)) for h in index.search("a chart", k=3)]
         index.close()
@@ -249,8 +287,10 @@ def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
         assert reopened.info()["pages"] == 3
 
 
-@pytest.mark.skipif(not os.environ.get("VRAG_QDRANT_URL"),
-                    reason="set VRAG_QDRANT_URL=qdrant://host:6333/name to test a real server")
+@pytest.mark.skipif(
+    not os.environ.get("VRAG_QDRANT_URL"),
+    reason="set VRAG_QDRANT_URL=qdrant://host:6333/name to test a real server",
+)
 def test_real_server_round_trip():
     base = os.environ["VRAG_QDRANT_URL"].rstrip("/")
     url = f"{base}_{uuid.uuid4().hex[:8]}"
@@ -258,8 +298,9 @@ def test_real_server_round_trip():
     store = QdrantStore.create(url, CONFIG)
     try:
         store.add(pages)
-        with LocalStore.create(Path(os.environ.get("TMPDIR", "/tmp")) / uuid.uuid4().hex,
-                               CONFIG) as local:
+        with LocalStore.create(
+            Path(os.environ.get("TMPDIR", "/tmp")) / uuid.uuid4().hex, CONFIG
+        ) as local:
             local.add(pages)
             assert compare_stores(local, store, queries=5).ok
     finally:

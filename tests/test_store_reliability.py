@@ -27,7 +27,6 @@ DIM = 32
 CONFIG = {"dim": DIM, "model_id": "crash/test"}
 
 
-
 def vectors_for(page_id: str, version: str | int = 0, dim: int = DIM) -> np.ndarray:
     """Vectors as a pure function of (id, version), shared with the child processes."""
     rng = np.random.default_rng(zlib.crc32(f"{page_id}/{version}".encode()))
@@ -37,7 +36,9 @@ def vectors_for(page_id: str, version: str | int = 0, dim: int = DIM) -> np.ndar
 
 
 VECTORS_SRC = "import zlib\nimport numpy as np\nDIM = 32\n" + inspect.getsource(vectors_for)
-WRITER = VECTORS_SRC + '''
+WRITER = (
+    VECTORS_SRC
+    + """
 import json, os, pathlib, random, signal, sys
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store import local as local_mod, segments as seg_mod
@@ -94,7 +95,8 @@ for i in range(10**6):
             die_after(pathlib.Path, "unlink", before=True)
         store.compact()
     note("DONE")
-'''
+"""
+)
 
 
 def apply(model: dict[str, str | int], op: dict) -> dict[str, str | int]:
@@ -132,14 +134,19 @@ def store_state(path: Path) -> dict[str, np.ndarray]:
 def matches(actual: dict[str, np.ndarray], model: dict) -> bool:
     if set(actual) != set(model):
         return False
-    return all(np.array_equal(actual[p], vectors_for(p, v).astype(np.float16).astype(np.float32))
-               for p, v in model.items())
+    return all(
+        np.array_equal(actual[p], vectors_for(p, v).astype(np.float16).astype(np.float32))
+        for p, v in model.items()
+    )
 
 
 def run_child(path: Path, log: Path, seed: int, crash_at: str, kill_after: float | None) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(log), str(seed),
-                              crash_at], env=env, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(log), str(seed), crash_at],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     try:
         if kill_after is not None:
             time.sleep(kill_after)
@@ -158,8 +165,12 @@ def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path):
     model: dict = {}
     delays = random.Random(7)
     rounds = [("", delays.uniform(0.35, 1.2)) for _ in range(8)]
-    rounds += [("after_append", None), ("compact_before_commit", None),
-               ("compact_before_unlink", None), ("after_append", None)]
+    rounds += [
+        ("after_append", None),
+        ("compact_before_commit", None),
+        ("compact_before_unlink", None),
+        ("after_append", None),
+    ]
     rounds += [("", delays.uniform(0.35, 1.2)) for _ in range(6)]
     torn_tails = 0
     for seed, (crash_at, delay) in enumerate(rounds):
@@ -170,8 +181,9 @@ def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path):
         state = store_state(path)
         assert matches(state, before) or matches(state, after), f"round {seed} ({crash_at})"
         model = before if matches(state, before) else after
-        assert not any("torn tail" in n or "orphan" in n
-                       for n in LocalStore.verify_path(path).notes)  # writer open cleaned up
+        assert not any(
+            "torn tail" in n or "orphan" in n for n in LocalStore.verify_path(path).notes
+        )  # writer open cleaned up
     assert torn_tails >= 1  # the after_append crashes left torn tails that were ignored
     assert len(model) > 0
 
@@ -179,7 +191,7 @@ def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path):
 def test_reader_sees_only_committed_pages_during_writes(tmp_path):
     path = tmp_path / "store"
     LocalStore.create(path, CONFIG).close()
-    writer_src = VECTORS_SRC + textwrap.dedent('''
+    writer_src = VECTORS_SRC + textwrap.dedent("""
         import sys, time
         from vrag_compress.store import LocalStore, PageRecord
         store = LocalStore.open(sys.argv[1])
@@ -194,7 +206,7 @@ def test_reader_sees_only_committed_pages_during_writes(tmp_path):
                 store.compact()
             i += 1
         store.close()
-    ''')
+    """)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     writer = subprocess.Popen([sys.executable, "-c", writer_src, str(path), "4"], env=env)
     rng = np.random.default_rng(0)
@@ -226,8 +238,18 @@ def build(tmp_path: Path) -> Path:
     path = tmp_path / "store"
     with LocalStore.create(path, CONFIG, segment_max_bytes=20_000) as store:
         for start in range(0, 40, 10):
-            store.add([PageRecord(f"page-{i:03d}", "doc", i + 1, vectors_for(f"page-{i:03d}"),
-                                  {"marker": f"MARKER{i:03d}"}) for i in range(start, start + 10)])
+            store.add(
+                [
+                    PageRecord(
+                        f"page-{i:03d}",
+                        "doc",
+                        i + 1,
+                        vectors_for(f"page-{i:03d}"),
+                        {"marker": f"MARKER{i:03d}"},
+                    )
+                    for i in range(start, start + 10)
+                ]
+            )
         store.delete(page_ids=["page-001"])
     assert len(list_segment_files(path)) > 1
     return path
@@ -261,14 +283,19 @@ DAMAGES = {
     "segment_truncated": (lambda p: os.truncate(segment_file(p), 100), "seg-"),
     "segment_missing": (lambda p: segment_file(p).unlink(), "seg-"),
     "catalog_header": (lambda p: flip(p / "catalog.sqlite", 3), "catalog.sqlite"),
-    "catalog_row": (lambda p: flip(p / "catalog.sqlite", catalog_offset_of(p, b"MARKER017") + 7),
-                    "catalog.sqlite"),
+    "catalog_row": (
+        lambda p: flip(p / "catalog.sqlite", catalog_offset_of(p, b"MARKER017") + 7),
+        "catalog.sqlite",
+    ),
     "catalog_row_text": (  # stays valid UTF-8: only the row checksum can notice
         lambda p: flip(p / "catalog.sqlite", catalog_offset_of(p, b"MARKER017") + 8, 0x01),
-        "catalog.sqlite"),
+        "catalog.sqlite",
+    ),
     "catalog_btree": (lambda p: flip(p / "catalog.sqlite", 3 * page_size(p)), "catalog.sqlite"),
-    "catalog_truncated": (lambda p: os.truncate(p / "catalog.sqlite", 3 * page_size(p)),
-                          "catalog.sqlite"),
+    "catalog_truncated": (
+        lambda p: os.truncate(p / "catalog.sqlite", 3 * page_size(p)),
+        "catalog.sqlite",
+    ),
 }
 
 
@@ -315,5 +342,6 @@ def test_torn_tail_is_ignored_then_truncated(tmp_path):
 
 def test_vectors_crc_matches_stored_bytes():
     v = vectors_for("x")
-    assert zlib.crc32(v.astype("<f2").tobytes()) == zlib.crc32(np.ascontiguousarray(
-        v.astype(np.float16)).data)
+    assert zlib.crc32(v.astype("<f2").tobytes()) == zlib.crc32(
+        np.ascontiguousarray(v.astype(np.float16)).data
+    )

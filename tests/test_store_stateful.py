@@ -24,16 +24,22 @@ def vectors(seed: int, n: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-page_spec = st.tuples(st.sampled_from(IDS), st.sampled_from(DOCS), st.integers(1, 5),
-                      st.integers(0, 10**6), st.integers(1, 6))
+page_spec = st.tuples(
+    st.sampled_from(IDS),
+    st.sampled_from(DOCS),
+    st.integers(1, 5),
+    st.integers(0, 10**6),
+    st.integers(1, 6),
+)
 
 
 class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp())
-        self.store = LocalStore.create(self.dir / "s", {"dim": DIM, "model_id": "m"},
-                                       segment_max_bytes=600)
+        self.store = LocalStore.create(
+            self.dir / "s", {"dim": DIM, "model_id": "m"}, segment_max_bytes=600
+        )
         self.model: dict[str, PageRecord] = {}
 
     def teardown(self) -> None:
@@ -43,8 +49,10 @@ class StoreMachine(RuleBasedStateMachine):
     @staticmethod
     def records(specs: list[tuple]) -> list[PageRecord]:
         unique = {s[0]: s for s in specs}
-        return [PageRecord(pid, doc, no, vectors(seed, n), {"doc": doc, "seed": seed % 7})
-                for pid, doc, no, seed, n in unique.values()]
+        return [
+            PageRecord(pid, doc, no, vectors(seed, n), {"doc": doc, "seed": seed % 7})
+            for pid, doc, no, seed, n in unique.values()
+        ]
 
     @rule(specs=st.lists(page_spec, min_size=1, max_size=5))
     def add(self, specs: list[tuple]) -> None:
@@ -91,20 +99,27 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = LocalStore.open(self.dir / "s")
 
     @precondition(lambda self: bool(self.model))
-    @rule(seed=st.integers(0, 10**6), k=st.integers(1, 8), doc=st.sampled_from([None, *DOCS]),
-          mode=st.sampled_from(["exact", "two_stage", "auto"]))
+    @rule(
+        seed=st.integers(0, 10**6),
+        k=st.integers(1, 8),
+        doc=st.sampled_from([None, *DOCS]),
+        mode=st.sampled_from(["exact", "two_stage", "auto"]),
+    )
     def search(self, seed: int, k: int, doc: str | None, mode: str) -> None:
         q = vectors(seed, 3)
         pool = [p for p in self.model.values() if doc is None or p.metadata["doc"] == doc]
-        ref = sorted((-maxsim(q, p.vectors.astype(np.float16).astype(np.float32)), p.page_id)
-                      for p in pool)[:k]
+        ref = sorted(
+            (-maxsim(q, p.vectors.astype(np.float16).astype(np.float32)), p.page_id) for p in pool
+        )[:k]
         got = self.store.search(q, k=k, filter={"doc": doc} if doc else None, mode=mode)
         if mode == "two_stage":  # candidates are approximate; every hit must still be exact
             assert {r.page_id for r in got} <= {p.page_id for p in pool}
             for r in got:
-                assert np.isclose(r.score, maxsim(q, self.model[r.page_id].vectors
-                                                  .astype(np.float16).astype(np.float32)),
-                                  rtol=1e-4)
+                assert np.isclose(
+                    r.score,
+                    maxsim(q, self.model[r.page_id].vectors.astype(np.float16).astype(np.float32)),
+                    rtol=1e-4,
+                )
             return
         assert [r.page_id for r in got] == [pid for _, pid in ref]
         np.testing.assert_allclose([r.score for r in got], [-s for s, _ in ref], rtol=1e-5)
@@ -118,7 +133,10 @@ class StoreMachine(RuleBasedStateMachine):
             for got in self.store.get(some):
                 want = self.model[got.page_id]
                 assert (got.doc_id, got.page_no, got.metadata) == (
-                    want.doc_id, want.page_no, want.metadata)
+                    want.doc_id,
+                    want.page_no,
+                    want.metadata,
+                )
                 np.testing.assert_array_equal(got.vectors, want.vectors.astype(np.float16))
 
     @invariant()
@@ -128,6 +146,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=20, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow])
+    max_examples=25,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 TestStoreMachine = StoreMachine.TestCase

@@ -102,9 +102,7 @@ def _check_pair(i: int, page: PageEncoding, query: np.ndarray) -> None:
         raise CalibrationError(f"pair {i}: the page has no visual tokens")
     query = np.asarray(query)
     if query.ndim != 2 or query.shape[1] != page.dim:
-        raise CalibrationError(
-            f"pair {i}: query must be [M, {page.dim}], got shape {query.shape}"
-        )
+        raise CalibrationError(f"pair {i}: query must be [M, {page.dim}], got shape {query.shape}")
     if not (np.isfinite(query).all() and np.isfinite(page.vectors).all()):
         raise CalibrationError(f"pair {i}: NaN or inf in the page or query vectors")
     if not np.isfinite(page.centrality).all():
@@ -174,8 +172,13 @@ def plot_sr_curve(profile: CalibrationProfile, out_png: str | Path) -> Path:
     fig = Figure(figsize=(7, 3.5), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    ax.axvspan(min(profile.window) - 0.5, max(profile.window) + 0.5, color="tab:orange",
-               alpha=0.25, label=f"window {min(profile.window)}..{max(profile.window)}")
+    ax.axvspan(
+        min(profile.window) - 0.5,
+        max(profile.window) + 0.5,
+        color="tab:orange",
+        alpha=0.25,
+        label=f"window {min(profile.window)}..{max(profile.window)}",
+    )
     ax.plot(layers, curve, marker="o", color="tab:blue", label="SR (single-layer SAP)")
     ax.axhline(np.median(curve), color="gray", linestyle="--", linewidth=1, label="median")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

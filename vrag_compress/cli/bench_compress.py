@@ -52,12 +52,23 @@ def bench_compress(
     diff = uot_agreement(outputs)
     report = {
         "config": {
-            "tokens": tokens, "dim": dim, "pages": pages, "slow_pages": min(slow_pages, pages),
-            "layers": layers, "ratio": ratio, "k": int(np.ceil(ratio * tokens - 1e-9)),
-            "device": device, "threads": threads, "batch_size": batch_size, "seed": seed,
+            "tokens": tokens,
+            "dim": dim,
+            "pages": pages,
+            "slow_pages": min(slow_pages, pages),
+            "layers": layers,
+            "ratio": ratio,
+            "k": int(np.ceil(ratio * tokens - 1e-9)),
+            "device": device,
+            "threads": threads,
+            "batch_size": batch_size,
+            "seed": seed,
         },
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch": torch.__version__},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+        },
         "methods": results,
         "uot_vs_literal": diff,
         "targets": targets(results, diff),
@@ -111,15 +122,21 @@ def _candidates(ratio: float, device: str, batch_size: int, pages: list) -> dict
 def run_methods(pages: list, slow_pages: int, ratio: float, device: str, batch_size: int):
     """Time every method; returns ({name: stats}, {name: outputs on the slow subset})."""
     slow = pages[:slow_pages]
-    jobs = [(name, c.compress_many, c.name) for name, c in
-            _candidates(ratio, device, batch_size, pages).items()]
+    jobs = [
+        (name, c.compress_many, c.name)
+        for name, c in _candidates(ratio, device, batch_size, pages).items()
+    ]
     jobs.insert(2, ("sap selection only", sap_selection_job(ratio), "sap"))
     jobs.append(("colpali-engine pooler", pooler_job(ratio), "pool"))
     jobs.append(("uot literal loop", literal_uot_job(ratio), "uot"))
     results: dict[str, dict] = {}
     outputs: dict[str, list] = {}
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err) as progress:
         task = progress.add_task("methods", total=len(jobs))
         for name, fn, method in jobs:
@@ -127,8 +144,12 @@ def run_methods(pages: list, slow_pages: int, ratio: float, device: str, batch_s
             subset = slow if name in SLOW else pages
             ms, result = _timed(fn, subset)
             kept = [len(r.vectors) if hasattr(r, "vectors") else len(r) for r in result]
-            results[name] = {"ms_per_page": ms, "pages": len(subset), "method": method,
-                             "mean_vectors": float(np.mean(kept))}
+            results[name] = {
+                "ms_per_page": ms,
+                "pages": len(subset),
+                "method": method,
+                "mean_vectors": float(np.mean(kept)),
+            }
             if name.startswith("uot"):
                 outputs[name] = [r.vectors if hasattr(r, "vectors") else r for r in result]
                 outputs[name] = outputs[name][: len(slow)]
@@ -203,8 +224,9 @@ def uot_agreement(outputs: dict[str, list]) -> dict[str, float]:
         return np.array([np.abs(a - b).max() for a, b in pairs])
 
     fast = diffs("uot", literal)
-    cosine = [np.sum(a * b, axis=1).mean() for a, b in zip(outputs["uot-bf16"], literal,
-                                                            strict=False)]
+    cosine = [
+        np.sum(a * b, axis=1).mean() for a, b in zip(outputs["uot-bf16"], literal, strict=False)
+    ]
     return {
         "fp32_max_abs_diff": float(fast.max()),
         "fp32_median_abs_diff": float(np.median(fast)),
@@ -221,32 +243,39 @@ def targets(results: dict, diff: dict) -> dict[str, dict]:
     ms = {name: r["ms_per_page"] for name, r in results.items()}
     literal, pooler = ms["uot literal loop"], ms["colpali-engine pooler"]
     rows = {
-        "sap selection ms/page < 0.05": (
-            ms["sap selection only"], ms["sap selection only"] < 0.05
-        ),
+        "sap selection ms/page < 0.05": (ms["sap selection only"], ms["sap selection only"] < 0.05),
         "sap ms/page (validation + copy included) < 0.05": (ms["sap"], ms["sap"] < 0.05),
-        "uot fp32 equals literal (max abs diff <= 1e-4)":
-            (diff["fp32_max_abs_diff"], diff["fp32_max_abs_diff"] <= 1e-4),
+        "uot fp32 equals literal (max abs diff <= 1e-4)": (
+            diff["fp32_max_abs_diff"],
+            diff["fp32_max_abs_diff"] <= 1e-4,
+        ),
         "uot fp32 speed-up vs literal loop >= 2x": (literal / ms["uot"], literal / ms["uot"] >= 2),
-        "uot fp32 speed-up vs colpali-engine pooler >= 8x":
-            (pooler / ms["uot"], pooler / ms["uot"] >= 8),
-        "uot bf16 speed-up vs literal loop >= 4x":
-            (literal / ms["uot-bf16"], literal / ms["uot-bf16"] >= 4),
+        "uot fp32 speed-up vs colpali-engine pooler >= 8x": (
+            pooler / ms["uot"],
+            pooler / ms["uot"] >= 8,
+        ),
+        "uot bf16 speed-up vs literal loop >= 4x": (
+            literal / ms["uot-bf16"],
+            literal / ms["uot-bf16"] >= 4,
+        ),
     }
     return {name: {"value": float(value), "met": bool(met)} for name, (value, met) in rows.items()}
 
 
 def print_report(report: dict) -> None:
     cfg = report["config"]
-    table = Table(title=f"compression, N={cfg['tokens']} D={cfg['dim']} γ={cfg['ratio']} "
-                        f"(k={cfg['k']}), {cfg['threads']} thread(s), UOT on {cfg['device']}")
+    table = Table(
+        title=f"compression, N={cfg['tokens']} D={cfg['dim']} γ={cfg['ratio']} "
+        f"(k={cfg['k']}), {cfg['threads']} thread(s), UOT on {cfg['device']}"
+    )
     table.add_column("method")
     table.add_column("ms/page", justify="right")
     table.add_column("pages", justify="right")
     table.add_column("vectors/page", justify="right")
     for name, row in report["methods"].items():
-        table.add_row(name, f"{row['ms_per_page']:.4f}", str(row["pages"]),
-                      f"{row['mean_vectors']:.1f}")
+        table.add_row(
+            name, f"{row['ms_per_page']:.4f}", str(row["pages"]), f"{row['mean_vectors']:.1f}"
+        )
     out.print(table)
     agreement = Table(title="UOT vs the literal loop (slow subset)")
     agreement.add_column("measure")

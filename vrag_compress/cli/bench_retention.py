@@ -60,14 +60,25 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
     for col in ("method", "ratio", "tokens/doc", "NDCG@10", "NDCG@5", "R@1", "retention@10", "SR"):
         table.add_column(col, justify="left" if col == "method" else "right")
     table.add_row(
-        "uncompressed", "1", f"{result['tokens_per_doc_full']:.1f}", f"{full['ndcg@10']:.4f}",
-        f"{full['ndcg@5']:.4f}", f"{full['recall@1']:.4f}", "1.000", "1.000",
+        "uncompressed",
+        "1",
+        f"{result['tokens_per_doc_full']:.1f}",
+        f"{full['ndcg@10']:.4f}",
+        f"{full['ndcg@5']:.4f}",
+        f"{full['recall@1']:.4f}",
+        "1.000",
+        "1.000",
     )
     for row in result["results"]:
         table.add_row(
-            row["method"], f"{row['ratio']:g}", f"{row['tokens_per_doc']:.1f}",
-            f"{row['ndcg@10']:.4f}", f"{row['ndcg@5']:.4f}", f"{row['recall@1']:.4f}",
-            f"{row['retention@10']:.3f}", f"{row['sr']:.3f}",
+            row["method"],
+            f"{row['ratio']:g}",
+            f"{row['tokens_per_doc']:.1f}",
+            f"{row['ndcg@10']:.4f}",
+            f"{row['ndcg@5']:.4f}",
+            f"{row['recall@1']:.4f}",
+            f"{row['retention@10']:.3f}",
+            f"{row['sr']:.3f}",
         )
     console.print(table)
 
@@ -118,8 +129,13 @@ def retention(
     model = load_benchmark_encoder(encoder, data.kind, **options)
     reports: dict[str, dict] = {}
     tokens = None
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=Console(stderr=True))
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
     with bar:
         corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))
         encoded_at = time.perf_counter()
@@ -132,9 +148,15 @@ def retention(
                 reports[f"{label}@{ratio:g}"] = report
 
         result = run_retention(
-            data, corpus, _split_list(methods), _parse_ratios(ratios),
-            window=_parse_window(window), limit_queries=limit_queries,
-            calibration_queries=calibration_queries, seed=seed, progress=_Bar(bar),
+            data,
+            corpus,
+            _split_list(methods),
+            _parse_ratios(ratios),
+            window=_parse_window(window),
+            limit_queries=limit_queries,
+            calibration_queries=calibration_queries,
+            seed=seed,
+            progress=_Bar(bar),
             keep_kept=inspect,
         )
     result["timing_s"] = {

@@ -39,28 +39,38 @@ def bench_store(
     query_tokens: int = typer.Option(20, "--query-tokens", min=1, help="Vectors per query."),
     dim: int = typer.Option(128, "--dim", min=2, help="Vector dimension."),
     bruteforce_queries: int = typer.Option(
-        5, "--bruteforce-queries", min=0, help="Queries for (a), which takes seconds each."),
+        5, "--bruteforce-queries", min=0, help="Queries for (a), which takes seconds each."
+    ),
     exact_queries: int | None = typer.Option(
-        None, "--exact-queries", help="Queries for (b) [default: all up to 1M tokens, else 20]."),
+        None, "--exact-queries", help="Queries for (b) [default: all up to 1M tokens, else 20]."
+    ),
     full_store: bool | None = typer.Option(
-        None, "--full-store/--no-full-store",
+        None,
+        "--full-store/--no-full-store",
         help="Also write the uncompressed pages to a store to measure its size "
-        "[default: when it needs < 4 GiB]; otherwise the size is computed."),
+        "[default: when it needs < 4 GiB]; otherwise the size is computed.",
+    ),
     batch: int = typer.Option(256, "--batch", min=1, help="Pages per add() call."),
     candidates_per_token: int = typer.Option(64, "--candidates-per-token", min=1),
     nprobe: int = typer.Option(32, "--nprobe", min=1),
-    threads: int = typer.Option(os.cpu_count() or 1, "--threads", min=1,
-                                help="Threads for BLAS, torch and FAISS."),
+    threads: int = typer.Option(
+        os.cpu_count() or 1, "--threads", min=1, help="Threads for BLAS, torch and FAISS."
+    ),
     seed: int = typer.Option(0, "--seed"),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
     backend: str = typer.Option(
-        "embedded", "--backend", help="embedded (LocalStore) or qdrant-local (Qdrant's local "
-        "mode: prefetch + MaxSim rerank recall against the embedded exact search)."),
+        "embedded",
+        "--backend",
+        help="embedded (LocalStore) or qdrant-local (Qdrant's local "
+        "mode: prefetch + MaxSim rerank recall against the embedded exact search).",
+    ),
     variants: str = typer.Option(
-        "mean,binary", "--variants", help="qdrant-local: candidate fields to compare."),
+        "mean,binary", "--variants", help="qdrant-local: candidate fields to compare."
+    ),
     prefetch: int = typer.Option(
-        100, "--prefetch", min=1, help="qdrant-local: pages prefetched for the rerank."),
+        100, "--prefetch", min=1, help="qdrant-local: pages prefetched for the rerank."
+    ),
 ) -> None:
     """On-disk size full vs compressed, latency of (a) (b) (c) and the BLAS floor, recall@10 of
     (c) against (b), add throughput. With --backend qdrant-local: recall@10 and latency of each
@@ -76,41 +86,78 @@ def bench_store(
         from vrag_compress.cli.bench_store_qdrant import run_qdrant_bench
 
         with threadpool_limits(limits=threads):
-            data = _generate(pages, tokens_full, k_tokens, dim, queries, query_tokens, batch,
-                             False, seed)
-            run_qdrant_bench(data, dim, batch, [v.strip() for v in variants.split(",")],
-                             prefetch, workdir, json_out,
-                             {"pages": pages, "tokens_full": tokens_full,
-                              "tokens_compressed": k_tokens, "queries": queries,
-                              "query_tokens": query_tokens, "dim": dim, "prefetch": prefetch,
-                              "threads": threads, "seed": seed})
+            data = _generate(
+                pages, tokens_full, k_tokens, dim, queries, query_tokens, batch, False, seed
+            )
+            run_qdrant_bench(
+                data,
+                dim,
+                batch,
+                [v.strip() for v in variants.split(",")],
+                prefetch,
+                workdir,
+                json_out,
+                {
+                    "pages": pages,
+                    "tokens_full": tokens_full,
+                    "tokens_compressed": k_tokens,
+                    "queries": queries,
+                    "query_tokens": query_tokens,
+                    "dim": dim,
+                    "prefetch": prefetch,
+                    "threads": threads,
+                    "seed": seed,
+                },
+            )
         return
     full_bytes = pages * tokens_full * dim * 2
     if full_store is None:
         full_store = full_bytes <= FULL_STORE_MAX_BYTES
     keep_full = full_store or bruteforce_queries > 0
     if keep_full and full_bytes > FULL_STORE_MAX_BYTES:
-        raise typer.BadParameter("full pages would need > 4 GiB; use --no-full-store and "
-                                 "--bruteforce-queries 0 at this size")
+        raise typer.BadParameter(
+            "full pages would need > 4 GiB; use --no-full-store and "
+            "--bruteforce-queries 0 at this size"
+        )
     root = Path(tempfile.mkdtemp(prefix="vrag-bench-store-", dir=workdir))
     try:
         with threadpool_limits(limits=threads):
             _set_threads(threads)
-            data = _generate(pages, tokens_full, k_tokens, dim, queries, query_tokens, batch,
-                             keep_full, seed)
-            report = _run(root, data, pages, k_tokens, dim, batch, full_store, full_bytes,
-                          bruteforce_queries, exact_queries, candidates_per_token, nprobe,
-                          threads)
+            data = _generate(
+                pages, tokens_full, k_tokens, dim, queries, query_tokens, batch, keep_full, seed
+            )
+            report = _run(
+                root,
+                data,
+                pages,
+                k_tokens,
+                dim,
+                batch,
+                full_store,
+                full_bytes,
+                bruteforce_queries,
+                exact_queries,
+                candidates_per_token,
+                nprobe,
+                threads,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report["config"] = {
-        "pages": pages, "tokens_full": tokens_full, "tokens_compressed": k_tokens,
-        "ratio": ratio, "queries": queries, "query_tokens": query_tokens, "dim": dim,
-        "candidates_per_token": candidates_per_token, "nprobe": nprobe, "threads": threads,
-        "seed": seed, "bruteforce_queries": bruteforce_queries,
+        "pages": pages,
+        "tokens_full": tokens_full,
+        "tokens_compressed": k_tokens,
+        "ratio": ratio,
+        "queries": queries,
+        "query_tokens": query_tokens,
+        "dim": dim,
+        "candidates_per_token": candidates_per_token,
+        "nprobe": nprobe,
+        "threads": threads,
+        "seed": seed,
+        "bruteforce_queries": bruteforce_queries,
     }
-    report["machine"] = {"cpu": platform.processor() or platform.machine(),
-                         "cores": os.cpu_count()}
+    report["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     _print(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -125,12 +172,26 @@ def _set_threads(threads: int) -> None:
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
 
 
-def _generate(pages: int, tokens_full: int, k: int, dim: int, n_queries: int, query_tokens: int,
-              batch: int, keep_full: bool, seed: int) -> dict[str, Any]:
+def _generate(
+    pages: int,
+    tokens_full: int,
+    k: int,
+    dim: int,
+    n_queries: int,
+    query_tokens: int,
+    batch: int,
+    keep_full: bool,
+    seed: int,
+) -> dict[str, Any]:
     """Compressed pages (random kept subsets of clustered full pages) and queries aimed at pages.
 
     Without full pages the compressed ones are drawn directly (the same distribution)."""
@@ -149,28 +210,46 @@ def _generate(pages: int, tokens_full: int, k: int, dim: int, n_queries: int, qu
             width = tokens_full if keep_full else k
             chunk = clustered_pages(n, width, dim, seed=seed + start, centres=centres)
             if keep_full:
-                full[start:start + n] = chunk
+                full[start : start + n] = chunk
                 kept = np.sort(rng.random((n, tokens_full)).argsort(axis=1)[:, :k], axis=1)
                 chunk_c = np.take_along_axis(chunk, kept[:, :, None], axis=1)
             else:
                 chunk_c = chunk
-            compressed[start:start + n] = chunk_c
+            compressed[start : start + n] = chunk_c
             for t in targets[(targets >= start) & (targets < start + n)]:
-                qs.extend(queries_for(chunk[t - start:t - start + 1], 1, query_tokens,
-                                      seed=seed + int(t)))
+                qs.extend(
+                    queries_for(
+                        chunk[t - start : t - start + 1], 1, query_tokens, seed=seed + int(t)
+                    )
+                )
             bar.advance(task, n)
     return {"compressed": compressed, "full": full, "queries": qs}
 
 
-def _run(root: Path, data: dict[str, Any], pages: int, k_tokens: int, dim: int, batch: int,
-         full_store: bool, full_bytes: int, bruteforce_queries: int, exact_queries: int | None,
-         candidates_per_token: int, nprobe: int, threads: int) -> dict[str, Any]:
+def _run(
+    root: Path,
+    data: dict[str, Any],
+    pages: int,
+    k_tokens: int,
+    dim: int,
+    batch: int,
+    full_store: bool,
+    full_bytes: int,
+    bruteforce_queries: int,
+    exact_queries: int | None,
+    candidates_per_token: int,
+    nprobe: int,
+    threads: int,
+) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
 
     config = {"dim": dim, "model_id": "synthetic/clustered"}
     # one segment in page order: the search matrix can then be the memory map itself (no copy)
-    options = {"candidates_per_token": candidates_per_token, "nprobe": nprobe,
-               "segment_max_bytes": 1 << 40}
+    options = {
+        "candidates_per_token": candidates_per_token,
+        "nprobe": nprobe,
+        "segment_max_bytes": 1 << 40,
+    }
     size_full = full_bytes / 2**20
     if full_store:
         with LocalStore.create(root / "full", config) as store:
@@ -193,12 +272,23 @@ def _run(root: Path, data: dict[str, Any], pages: int, k_tokens: int, dim: int, 
         index_s = time.perf_counter() - t0
         exact, exact_ms = _timed(store, qs[:n_exact], "exact", "exact search (b)")
         two, two_ms = _timed(store, qs, "two_stage", "two-stage search (c)")
-    recall = float(np.mean([len(set(e) & set(t)) / max(1, len(e))
-                            for e, t in zip(exact, two[:n_exact], strict=True)]))
-    brute_ms = (_bruteforce(data["full"], qs[:bruteforce_queries], threads)
-                if bruteforce_queries else None)
-    latency = {"bruteforce_full": brute_ms, "exact": exact_ms, "two_stage": two_ms,
-               "blas_floor": blas_ms}
+    recall = float(
+        np.mean(
+            [
+                len(set(e) & set(t)) / max(1, len(e))
+                for e, t in zip(exact, two[:n_exact], strict=True)
+            ]
+        )
+    )
+    brute_ms = (
+        _bruteforce(data["full"], qs[:bruteforce_queries], threads) if bruteforce_queries else None
+    )
+    latency = {
+        "bruteforce_full": brute_ms,
+        "exact": exact_ms,
+        "two_stage": two_ms,
+        "blas_floor": blas_ms,
+    }
     return {
         "pages": pages,
         "size_mb": {"full": round(size_full, 2), "compressed": round(size_compressed, 2)},
@@ -206,8 +296,11 @@ def _run(root: Path, data: dict[str, Any], pages: int, k_tokens: int, dim: int, 
         "recall@10_two_stage": round(recall, 4),
         "add_pages_per_s": round(pages / add_s, 1),
         "full_size_measured": full_store,
-        "queries_timed": {"bruteforce_full": min(bruteforce_queries, len(qs)), "exact": n_exact,
-                          "two_stage": len(qs)},
+        "queries_timed": {
+            "bruteforce_full": min(bruteforce_queries, len(qs)),
+            "exact": n_exact,
+            "two_stage": len(qs),
+        },
         "load_s": round(load_s, 3),
         "token_index_build_s": round(index_s, 3),
         "speedup_exact_vs_bruteforce": None if brute_ms is None else round(brute_ms / exact_ms, 1),
@@ -225,9 +318,12 @@ def _add_all(store: Any, pages: np.ndarray, batch: int, label: str) -> float:
     with _progress() as bar:
         task = bar.add_task(label, total=len(pages))
         for start in range(0, len(pages), batch):
-            records = [PageRecord(f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, pages[i],
-                                  {"n": i % 7}) for i in range(start, min(start + batch,
-                                                                          len(pages)))]
+            records = [
+                PageRecord(
+                    f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, pages[i], {"n": i % 7}
+                )
+                for i in range(start, min(start + batch, len(pages)))
+            ]
             t0 = time.perf_counter()
             store.add(records)
             spent += time.perf_counter() - t0
@@ -279,8 +375,7 @@ def _bruteforce(full: np.ndarray, qs: list[np.ndarray], threads: int) -> float:
         task = bar.add_task("brute force (a)", total=len(qs))
         for q in qs:
             t0 = time.perf_counter()
-            BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], ps,
-                                                            device="cpu")
+            BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(q)], ps, device="cpu")
             times.append(time.perf_counter() - t0)
             bar.advance(task)
     return float(np.median(times) * 1000)
@@ -292,14 +387,19 @@ def _dir_mb(path: Path) -> float:
 
 def _print(report: dict[str, Any]) -> None:
     lat = report["latency_ms"]
-    table = Table(title=f"vrag bench store: {report['pages']} pages "
-                  f"({report['config']['tokens_full']} -> {report['config']['tokens_compressed']}"
-                  f" vectors/page, {report['config']['query_tokens']}-vector queries)")
+    table = Table(
+        title=f"vrag bench store: {report['pages']} pages "
+        f"({report['config']['tokens_full']} -> {report['config']['tokens_compressed']}"
+        f" vectors/page, {report['config']['query_tokens']}-vector queries)"
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     rows = [
-        ("size full (MB)", f"{report['size_mb']['full']:.1f}"
-         + ("" if report["full_size_measured"] else " (computed)")),
+        (
+            "size full (MB)",
+            f"{report['size_mb']['full']:.1f}"
+            + ("" if report["full_size_measured"] else " (computed)"),
+        ),
         ("size compressed (MB)", f"{report['size_mb']['compressed']:.1f}"),
         ("(a) brute force full, colpali-engine (ms/query)", _fmt(lat["bruteforce_full"])),
         ("(b) exact, compressed (ms/query)", _fmt(lat["exact"])),

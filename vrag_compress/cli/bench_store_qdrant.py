@@ -24,9 +24,16 @@ out = Console()
 err = Console(stderr=True)
 
 
-def run_qdrant_bench(data: dict[str, Any], dim: int, batch: int, variants: list[str],
-                     prefetch: int, workdir: Path | None, json_out: Path | None,
-                     config: dict[str, Any]) -> dict[str, Any]:
+def run_qdrant_bench(
+    data: dict[str, Any],
+    dim: int,
+    batch: int,
+    variants: list[str],
+    prefetch: int,
+    workdir: Path | None,
+    json_out: Path | None,
+    config: dict[str, Any],
+) -> dict[str, Any]:
     from vrag_compress.cli.bench_store import _add_all, _timed
     from vrag_compress.store import LocalStore
     from vrag_compress.store.qdrant import CANDIDATES, QdrantStore
@@ -45,24 +52,33 @@ def run_qdrant_bench(data: dict[str, Any], dim: int, batch: int, variants: list[
         rows["embedded exact"] = {"recall@10": 1.0, "latency_ms": round(exact_ms, 3)}
         for i, variant in enumerate(variants):
             url = f"qdrant+local://{root / 'qdrant'}?collection={variant}"
-            with QdrantStore.create(url, store_config, candidate=variant,
-                                    candidates=prefetch) as store:
+            with QdrantStore.create(
+                url, store_config, candidate=variant, candidates=prefetch
+            ) as store:
                 t0 = time.perf_counter()
                 add_s = _add_all(store, data["compressed"], batch, f"writing qdrant ({variant})")
                 wall = time.perf_counter() - t0
                 got, ms = _timed(store, qs, "two_stage", f"qdrant prefetch {variant}")
                 rows[f"qdrant prefetch={variant}"] = {
-                    "recall@10": _recall(truth, got), "latency_ms": round(ms, 3),
-                    "add_pages_per_s": round(len(data["compressed"]) / max(add_s, wall), 1)}
+                    "recall@10": _recall(truth, got),
+                    "latency_ms": round(ms, 3),
+                    "add_pages_per_s": round(len(data["compressed"]) / max(add_s, wall), 1),
+                }
                 if i == 0:
                     got, ms = _timed(store, qs, "exact", "qdrant exact scan")
-                    rows["qdrant exact scan"] = {"recall@10": _recall(truth, got),
-                                                 "latency_ms": round(ms, 3)}
+                    rows["qdrant exact scan"] = {
+                        "recall@10": _recall(truth, got),
+                        "latency_ms": round(ms, 3),
+                    }
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report = {"backend": "qdrant-local", "results": rows, "config": config,
-              "note": "Qdrant local mode is a Python reimplementation: latencies are not a "
-                      "server's; recall is against the embedded exact MaxSim."}
+    report = {
+        "backend": "qdrant-local",
+        "results": rows,
+        "config": config,
+        "note": "Qdrant local mode is a Python reimplementation: latencies are not a "
+        "server's; recall is against the embedded exact MaxSim.",
+    }
     _print(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -72,18 +88,30 @@ def run_qdrant_bench(data: dict[str, Any], dim: int, batch: int, variants: list[
 
 
 def _recall(truth: list[list[str]], got: list[list[str]]) -> float:
-    return round(float(np.mean([len(set(t) & set(g)) / max(1, len(t))
-                                for t, g in zip(truth, got, strict=True)])), 4)
+    return round(
+        float(
+            np.mean(
+                [len(set(t) & set(g)) / max(1, len(t)) for t, g in zip(truth, got, strict=True)]
+            )
+        ),
+        4,
+    )
 
 
 def _print(report: dict[str, Any]) -> None:
     cfg = report["config"]
-    table = Table(title=f"vrag bench store --backend qdrant-local: {cfg['pages']} pages x "
-                  f"{cfg['tokens_compressed']} vectors, prefetch {cfg['prefetch']}")
+    table = Table(
+        title=f"vrag bench store --backend qdrant-local: {cfg['pages']} pages x "
+        f"{cfg['tokens_compressed']} vectors, prefetch {cfg['prefetch']}"
+    )
     for column in ("search", "recall@10", "median ms/query", "add pages/s"):
         table.add_column(column, justify="left" if column == "search" else "right")
     for name, row in report["results"].items():
-        table.add_row(name, f"{row['recall@10']:.4f}", f"{row['latency_ms']:.2f}",
-                      str(row.get("add_pages_per_s", "")))
+        table.add_row(
+            name,
+            f"{row['recall@10']:.4f}",
+            f"{row['latency_ms']:.2f}",
+            str(row.get("add_pages_per_s", "")),
+        )
     out.print(table)
     err.print(report["note"])

@@ -20,8 +20,9 @@ err = Console(stderr=True)
 @app.command("calibrate")
 def calibrate(
     data: Path = typer.Argument(
-        ..., help="BEIR folder (corpus.jsonl with images, queries.jsonl, qrels.tsv) or a JSONL "
-        'file of {"image": path, "query": text}.'
+        ...,
+        help="BEIR folder (corpus.jsonl with images, queries.jsonl, qrels.tsv) or a JSONL "
+        'file of {"image": path, "query": text}.',
     ),
     model: str = typer.Option(..., "--model", help="Model id, local folder or tiny-* name."),
     pairs: int = typer.Option(500, "--pairs", min=1, help="Use at most this many pairs."),
@@ -78,8 +79,12 @@ def _encode_pairs(encoder, pairs, batch_size: int):
     from PIL import Image
 
     pages, queries = [], []
-    columns = (TextColumn("[bold]calibrating"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]calibrating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err) as progress:
         task = progress.add_task("pairs", total=len(pairs))
         for start in range(0, len(pairs), batch_size):

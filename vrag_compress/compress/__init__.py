@@ -1,8 +1,8 @@
 """Page compression (SPEC §2-8): pruning (SAP and baselines) and merging (UOT and baselines).
 
-    from vrag_compress.compress import get_compressor
-    sap = get_compressor("sap", ratio=0.1, profile="colqwen2")
-    compressed = sap.compress_many(pages)
+from vrag_compress.compress import get_compressor
+sap = get_compressor("sap", ratio=0.1, profile="colqwen2")
+compressed = sap.compress_many(pages)
 """
 
 from vrag_compress.compress.base import CompressedPage, CompressionError, Compressor, budget

@@ -110,8 +110,11 @@ class SinkAwareSAPCompressor(SAPCompressor):
             window = self.window_for(page.centrality.shape[0])
             scores = sap_scores(page.centrality, window)
             kept = sink_aware_top_k(
-                page.vectors, scores, self.budget(page.n_tokens),
-                dedup=self.dedup, sink_z=self.sink_z,
+                page.vectors,
+                scores,
+                self.budget(page.n_tokens),
+                dedup=self.dedup,
+                sink_z=self.sink_z,
             )
             out.append(pruned(page, kept))
         return out

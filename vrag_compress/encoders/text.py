@@ -204,7 +204,11 @@ class TextTokenEncoder:
 
     # ----------------------------------------------------------------------------------- public
     def encode_documents(
-        self, texts: Sequence[str], *, with_stats: bool = False, progress=None  # noqa: ANN001
+        self,
+        texts: Sequence[str],
+        *,
+        with_stats: bool = False,
+        progress=None,  # noqa: ANN001
     ) -> list[PageEncoding]:
         """One `PageEncoding` per text: non-special token vectors (+ [L, N] statistics)."""
         out: list[PageEncoding | None] = [None] * len(texts)
@@ -236,8 +240,11 @@ class TextTokenEncoder:
             enc = self.tokenizer(
                 text, truncation=True, max_length=self.max_length, return_special_tokens_mask=True
             )
-            ids = [t for t, s in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)
-                   if not s]
+            ids = [
+                t
+                for t, s in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)
+                if not s
+            ]
             result.append(self.tokenizer.convert_ids_to_tokens(ids))
         return result
 
@@ -248,9 +255,10 @@ class TextTokenEncoder:
             if not isinstance(text, str):
                 raise EncodingError(f"text {i} is {type(text).__name__}, expected str")
         lengths = [
-            len(ids) for ids in self.tokenizer(
-                list(texts), truncation=True, max_length=self.max_length
-            )["input_ids"]
+            len(ids)
+            for ids in self.tokenizer(list(texts), truncation=True, max_length=self.max_length)[
+                "input_ids"
+            ]
         ]
         heads = int(self.model.config.num_attention_heads)
         order = sorted(range(len(texts)), key=lambda i: lengths[i])

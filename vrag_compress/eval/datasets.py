@@ -46,7 +46,8 @@ class BeirDataset:
     def judged_queries(self) -> list[str]:
         """Query ids with at least one relevant (gain > 0) judged document in the corpus."""
         return [
-            q for q in self.queries
+            q
+            for q in self.queries
             if any(g > 0 and d in self.docs for d, g in self.qrels.get(q, {}).items())
         ]
 

@@ -84,8 +84,16 @@ def load_benchmark_encoder(name: str, kind: str, **options: Any):  # noqa: ANN20
 
 def _cache_file(cache_dir: Path, dataset: BeirDataset, encoder: Any) -> Path:
     key = json.dumps(
-        [CACHE_FORMAT, dataset.name, str(dataset.root), len(dataset.docs), len(dataset.queries),
-         encoder.model_id, encoder.dim, getattr(encoder, "max_length", None)]
+        [
+            CACHE_FORMAT,
+            dataset.name,
+            str(dataset.root),
+            len(dataset.docs),
+            len(dataset.queries),
+            encoder.model_id,
+            encoder.dim,
+            getattr(encoder, "max_length", None),
+        ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir / f"{dataset.name}-{digest}.npz"
@@ -136,8 +144,11 @@ def _load_cache(path: Path) -> EncodedCorpus:
             )
         )
         return EncodedCorpus(
-            str(data["model_id"]), int(data["n_layers"]), [str(d) for d in data["doc_ids"]],
-            pages, queries,
+            str(data["model_id"]),
+            int(data["n_layers"]),
+            [str(d) for d in data["doc_ids"]],
+            pages,
+            queries,
         )
 
 
@@ -158,22 +169,27 @@ def encode_corpus(
         progress("start:encoding documents", len(doc_ids))
     if dataset.kind == "text":
         pages = encoder.encode_documents(
-            [dataset.docs[d] for d in doc_ids], with_stats=True,
+            [dataset.docs[d] for d in doc_ids],
+            with_stats=True,
             progress=(lambda n: progress("encoding documents", n)) if progress else None,
         )
     else:
         pages = []
         for start in range(0, len(doc_ids), 4):
             chunk = doc_ids[start : start + 4]
-            pages.extend(encoder.encode_pages([dataset.load_image(d) for d in chunk],
-                                              with_stats=True))
+            pages.extend(
+                encoder.encode_pages([dataset.load_image(d) for d in chunk], with_stats=True)
+            )
             if progress:
                 progress("encoding documents", len(chunk))
     query_ids = list(dataset.queries)
     vectors = encoder.encode_queries([dataset.queries[q] for q in query_ids])
     corpus = EncodedCorpus(
-        encoder.model_id, int(encoder.n_layers), doc_ids, pages, dict(zip(query_ids, vectors,
-                                                                          strict=True))
+        encoder.model_id,
+        int(encoder.n_layers),
+        doc_ids,
+        pages,
+        dict(zip(query_ids, vectors, strict=True)),
     )
     if cache is not None:
         _save_cache(cache, corpus)
@@ -236,9 +252,7 @@ def mean_score_retention(
     full: np.ndarray, compressed: np.ndarray, pairs: Sequence[tuple[int, int]]
 ) -> float:
     """Mean SR over (query row, doc column) pairs; SR = 1 where the full score is 0 (SPEC §5)."""
-    ratios = [
-        1.0 if full[q, d] == 0 else compressed[q, d] / full[q, d] for q, d in pairs
-    ]
+    ratios = [1.0 if full[q, d] == 0 else compressed[q, d] / full[q, d] for q, d in pairs]
     return float(np.mean(ratios)) if ratios else float("nan")
 
 
@@ -258,9 +272,7 @@ def calibration_pairs(
 ) -> list[tuple[np.ndarray, PageEncoding]]:
     """(query vectors, page) for each calibration query and its most relevant document."""
     index = corpus.doc_index()
-    return [
-        (corpus.queries[q], corpus.pages[index[dataset.best_document(q)]]) for q in query_ids
-    ]
+    return [(corpus.queries[q], corpus.pages[index[dataset.best_document(q)]]) for q in query_ids]
 
 
 def calibrate_window(
@@ -282,9 +294,7 @@ def calibrate_window(
 
 
 # -------------------------------------------------------------------------------- the benchmark
-def build_compressor(
-    spec: MethodSpec, ratio: float, window: Sequence[int], corpus: EncodedCorpus
-):  # noqa: ANN201
+def build_compressor(spec: MethodSpec, ratio: float, window: Sequence[int], corpus: EncodedCorpus):  # noqa: ANN201
     """The compressor for one (method, ratio); SAP-family methods get the window unless the
     spec sets ``layers``; adaptive-eos has kappa fitted on the corpus pages (label-free) so the
     mean keep ratio is about ``ratio``."""
@@ -337,8 +347,10 @@ def run_retention(
     qrels = {q: dataset.qrels[q] for q in eval_ids}
     index = corpus.doc_index()
     pairs = [
-        (row, index[d]) for row, q in enumerate(eval_ids)
-        for d, g in qrels[q].items() if g > 0 and d in index
+        (row, index[d])
+        for row, q in enumerate(eval_ids)
+        for d, g in qrels[q].items()
+        if g > 0 and d in index
     ]
     full = score_and_evaluate(corpus, [p.vectors for p in corpus.pages], eval_ids, qrels)
     results = []
@@ -411,9 +423,7 @@ def _calibration(
         layers = [int(layer) for layer in window]
         bad = [layer for layer in layers if not 0 <= layer < corpus.n_layers]
         if not layers or bad:
-            raise BenchmarkError(
-                f"window {layers} must name layers in 0..{corpus.n_layers - 1}"
-            )
+            raise BenchmarkError(f"window {layers} must name layers in 0..{corpus.n_layers - 1}")
         return Calibration(layers, None, [], held_out=False)
     if window != "auto":
         raise BenchmarkError(f"window must be 'auto' or a list of layers, got {window!r}")

@@ -31,17 +31,23 @@ class MigrationCheck:
 
     @property
     def ok(self) -> bool:
-        return (self.pages_src == self.pages_dst and self.documents_equal
-                and not self.rank_mismatches)
+        return (
+            self.pages_src == self.pages_dst and self.documents_equal and not self.rank_mismatches
+        )
 
 
-def copy_store(src: MultiVectorStore, dst: MultiVectorStore, *, batch: int = 256,
-               progress: Progress | None = None) -> int:
+def copy_store(
+    src: MultiVectorStore,
+    dst: MultiVectorStore,
+    *,
+    batch: int = 256,
+    progress: Progress | None = None,
+) -> int:
     """Upsert every page of ``src`` into ``dst`` (pages first, then document rows, so a crash
     never leaves a document marked complete without its pages); returns pages copied."""
     ids = src.page_ids()
     for start in range(0, len(ids), batch):
-        chunk = ids[start:start + batch]
+        chunk = ids[start : start + batch]
         dst.upsert(src.get(chunk))
         if progress is not None:
             progress(len(chunk))
@@ -49,8 +55,9 @@ def copy_store(src: MultiVectorStore, dst: MultiVectorStore, *, batch: int = 256
     return len(ids)
 
 
-def probe_queries(store: MultiVectorStore, n: int, *, tokens: int = 16,
-                  seed: int = 0) -> list[np.ndarray]:
+def probe_queries(
+    store: MultiVectorStore, n: int, *, tokens: int = 16, seed: int = 0
+) -> list[np.ndarray]:
     """Queries made from stored pages (a few of their own vectors, slightly perturbed), spread
     over the collection, so each has a known good answer and many near ties to rank."""
     ids = store.page_ids()
@@ -66,12 +73,17 @@ def probe_queries(store: MultiVectorStore, n: int, *, tokens: int = 16,
     return queries
 
 
-def compare_stores(src: MultiVectorStore, dst: MultiVectorStore, *, queries: int = 20,
-                   k: int = 10, rtol: float = 1e-4) -> MigrationCheck:
+def compare_stores(
+    src: MultiVectorStore,
+    dst: MultiVectorStore,
+    *,
+    queries: int = 20,
+    k: int = 10,
+    rtol: float = 1e-4,
+) -> MigrationCheck:
     """Exact top-k of ``queries`` probe queries on both stores: same ids, scores within rtol."""
     qs = probe_queries(src, queries)
-    check = MigrationCheck(len(qs), src.count(), dst.count(),
-                           src.documents() == dst.documents())
+    check = MigrationCheck(len(qs), src.count(), dst.count(), src.documents() == dst.documents())
     for i, q in enumerate(qs):
         a = src.search(q, k, mode="exact")
         b = dst.search(q, k, mode="exact")
@@ -79,8 +91,9 @@ def compare_stores(src: MultiVectorStore, dst: MultiVectorStore, *, queries: int
             diff = np.abs(np.array([h.score for h in a]) - np.array([h.score for h in b]))
             check.max_score_diff = max(check.max_score_diff, float(diff.max()))
         if not _same_ranking(a, b, rtol):
-            check.rank_mismatches.append({"query": i, "src": [h.page_id for h in a],
-                                          "dst": [h.page_id for h in b]})
+            check.rank_mismatches.append(
+                {"query": i, "src": [h.page_id for h in a], "dst": [h.page_id for h in b]}
+            )
     return check
 
 
@@ -94,7 +107,8 @@ def _same_ranking(a: list[Any], b: list[Any], rtol: float) -> bool:
         return False
     score_of = {h.page_id: h.score for h in a} | {h.page_id: h.score for h in b}
     for pos, (ha, hb) in enumerate(zip(a, b, strict=True)):
-        if ha.page_id != hb.page_id and not np.isclose(score_of[hb.page_id], scores_a[pos],
-                                                       rtol=rtol, atol=1e-6):
+        if ha.page_id != hb.page_id and not np.isclose(
+            score_of[hb.page_id], scores_a[pos], rtol=rtol, atol=1e-6
+        ):
             return False
     return True

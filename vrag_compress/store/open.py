@@ -24,8 +24,9 @@ def is_store_url(target: str | os.PathLike[str]) -> bool:
     return str(target).startswith(QDRANT_PREFIXES)
 
 
-def create_store(target: str | os.PathLike[str], config: dict[str, Any],
-                 **options: Any) -> MultiVectorStore:
+def create_store(
+    target: str | os.PathLike[str], config: dict[str, Any], **options: Any
+) -> MultiVectorStore:
     """A new store at a folder path (embedded) or a Qdrant URL."""
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
@@ -35,8 +36,13 @@ def create_store(target: str | os.PathLike[str], config: dict[str, Any],
     return LocalStore.create(Path(target), config, **options)
 
 
-def open_store(target: str | os.PathLike[str], *, readonly: bool = False,
-               expect: dict[str, Any] | None = None, **options: Any) -> MultiVectorStore:
+def open_store(
+    target: str | os.PathLike[str],
+    *,
+    readonly: bool = False,
+    expect: dict[str, Any] | None = None,
+    **options: Any,
+) -> MultiVectorStore:
     """Open an existing store at a folder path (embedded) or a Qdrant URL."""
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
@@ -51,7 +57,7 @@ def absolute_store_url(url: str) -> str:
     prefix = "qdrant+local://"
     if not url.startswith(prefix):
         return url
-    path, sep, query = url[len(prefix):].partition("?")
+    path, sep, query = url[len(prefix) :].partition("?")
     return prefix + str(Path(path).resolve()) + sep + query
 
 

@@ -114,12 +114,20 @@ class QdrantLocation:
     def client(self, timeout: float = 30.0) -> QdrantClient:
         if self.host is not None:
             return QdrantClient(
-                host=self.host, port=self.port, https=self.https, api_key=self.api_key,
-                prefer_grpc=self.prefer_grpc, grpc_port=self.grpc_port, timeout=int(timeout),
+                host=self.host,
+                port=self.port,
+                https=self.https,
+                api_key=self.api_key,
+                prefer_grpc=self.prefer_grpc,
+                grpc_port=self.grpc_port,
+                timeout=int(timeout),
             )
         try:
-            return QdrantClient(path=self.path) if self.path != ":memory:" else QdrantClient(
-                location=":memory:")
+            return (
+                QdrantClient(path=self.path)
+                if self.path != ":memory:"
+                else QdrantClient(location=":memory:")
+            )
         except RuntimeError as exc:  # local mode holds a portalocker lock on its folder
             if "already accessed" in str(exc):
                 raise StoreLockedError(
@@ -140,13 +148,14 @@ def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
     base, _, query = url.partition("?")
     params = {k: v[-1] for k, v in parse_qs(query).items()}
     if base.startswith("qdrant+local://"):
-        path = base[len("qdrant+local://"):]
+        path = base[len("qdrant+local://") :]
         if not path:
             raise StoreInputError(f"{url}: qdrant+local:// needs a folder, e.g. qdrant+local://./q")
         return QdrantLocation(_collection(params.get("collection", "vrag"), url), path=path)
     if base.startswith("qdrant+memory://"):
-        return QdrantLocation(_collection(base[len("qdrant+memory://"):] or "vrag", url),
-                              path=":memory:")
+        return QdrantLocation(
+            _collection(base[len("qdrant+memory://") :] or "vrag", url), path=":memory:"
+        )
     scheme, sep, rest = base.partition("://")
     if not sep or scheme not in ("qdrant", "qdrants"):
         raise StoreInputError(
@@ -158,9 +167,12 @@ def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
     if not host or not port.isdigit():
         raise StoreInputError(f"{url}: expected qdrant://host:port/collection")
     return QdrantLocation(
-        _collection(collection.strip("/"), url), host=host, port=int(port),
+        _collection(collection.strip("/"), url),
+        host=host,
+        port=int(port),
         https=scheme == "qdrants" or params.get("https") == "true",
-        prefer_grpc=params.get("grpc") == "true", grpc_port=int(params.get("grpc_port", 6334)),
+        prefer_grpc=params.get("grpc") == "true",
+        grpc_port=int(params.get("grpc_port", 6334)),
         api_key=api_key,
     )
 
@@ -220,8 +232,15 @@ def _transient(exc: Exception) -> bool:
 class QdrantStore:
     """`MultiVectorStore` over one Qdrant collection; `create`/`open` take a URL or location."""
 
-    def __init__(self, client: QdrantClient, location: QdrantLocation, *, readonly: bool,
-                 options: QdrantOptions, owns_client: bool) -> None:
+    def __init__(
+        self,
+        client: QdrantClient,
+        location: QdrantLocation,
+        *,
+        readonly: bool,
+        options: QdrantOptions,
+        owns_client: bool,
+    ) -> None:
         self.client: QdrantClient | None = client
         self.location = location
         self.collection = location.collection
@@ -235,9 +254,16 @@ class QdrantStore:
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def create(cls, location: str | QdrantLocation, config: dict[str, Any], *,
-               candidate: str = "mean", client: QdrantClient | None = None,
-               api_key: str | None = None, **options: Any) -> QdrantStore:
+    def create(
+        cls,
+        location: str | QdrantLocation,
+        config: dict[str, Any],
+        *,
+        candidate: str = "mean",
+        client: QdrantClient | None = None,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> QdrantStore:
         """A new collection (and its sidecar) recording ``config``; an existing one is an error.
 
         ``candidate`` picks the prefetch field: "mean", "binary" or "none" (always exact)."""
@@ -255,10 +281,18 @@ class QdrantStore:
                     "or delete it first (QdrantClient.delete_collection)"
                 )
             _create_collections(client, loc, config["dim"], candidate, opts)
-            meta = {"schema_version": SCHEMA_VERSION, "config": config, "candidate": candidate,
-                    "library_version": __version__, "created_at": time.time()}
-            client.upsert(loc.collection + SIDECAR_SUFFIX, [models.PointStruct(
-                id=_CONFIG_ID, vector={}, payload={"kind": "config", **meta})], wait=True)
+            meta = {
+                "schema_version": SCHEMA_VERSION,
+                "config": config,
+                "candidate": candidate,
+                "library_version": __version__,
+                "created_at": time.time(),
+            }
+            client.upsert(
+                loc.collection + SIDECAR_SUFFIX,
+                [models.PointStruct(id=_CONFIG_ID, vector={}, payload={"kind": "config", **meta})],
+                wait=True,
+            )
         except BaseException:
             if owns:
                 client.close()
@@ -266,9 +300,16 @@ class QdrantStore:
         return cls(client, loc, readonly=False, options=opts, owns_client=owns)
 
     @classmethod
-    def open(cls, location: str | QdrantLocation, *, readonly: bool = False,
-             expect: dict[str, Any] | None = None, client: QdrantClient | None = None,
-             api_key: str | None = None, **options: Any) -> QdrantStore:
+    def open(
+        cls,
+        location: str | QdrantLocation,
+        *,
+        readonly: bool = False,
+        expect: dict[str, Any] | None = None,
+        client: QdrantClient | None = None,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> QdrantStore:
         """Open an existing collection; ``expect`` lists config values that must match."""
         loc = _location(location, api_key)
         opts = QdrantOptions(**options)
@@ -349,8 +390,7 @@ class QdrantStore:
     def _put_meta(self) -> None:
         payload = {"kind": "config", **self._meta}
         point = models.PointStruct(id=_CONFIG_ID, vector={}, payload=payload)
-        self._retry("write config", lambda: self._client().upsert(self.sidecar, [point],
-                                                                  wait=True))
+        self._retry("write config", lambda: self._client().upsert(self.sidecar, [point], wait=True))
 
     def _check_expect(self, expect: dict[str, Any]) -> None:
         stored = self._meta["config"]
@@ -361,13 +401,15 @@ class QdrantStore:
 
     def _check_schema(self) -> None:
         """The collection's vector size must be the config's dim (someone may have recreated it)."""
-        info = self._retry("collection info", lambda: self._client().get_collection(
-            self.collection))
+        info = self._retry(
+            "collection info", lambda: self._client().get_collection(self.collection)
+        )
         vectors = info.config.params.vectors
         params = vectors.get(PAGES) if isinstance(vectors, dict) else None
         if params is None or params.size != self.dim:
             raise StoreConfigMismatch(
-                self.root, {"dim": (None if params is None else params.size, self.dim)})
+                self.root, {"dim": (None if params is None else params.size, self.dim)}
+            )
 
     # ------------------------------------------------------------------ writes
     def add(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
@@ -392,29 +434,45 @@ class QdrantStore:
         if doc_id is not None:
             check_id(doc_id, "doc_id")
             flt = _match("doc_id", doc_id)
-            n = self._retry("count", lambda: client.count(self.collection, count_filter=flt,
-                                                          exact=True)).count
-            self._retry("delete", lambda: client.delete(
-                self.collection, models.FilterSelector(filter=flt), wait=True))
-            self._retry("delete", lambda: client.delete(
-                self.sidecar, models.PointIdsList(points=[_doc_point_id(doc_id)]), wait=True))
+            n = self._retry(
+                "count", lambda: client.count(self.collection, count_filter=flt, exact=True)
+            ).count
+            self._retry(
+                "delete",
+                lambda: client.delete(
+                    self.collection, models.FilterSelector(filter=flt), wait=True
+                ),
+            )
+            self._retry(
+                "delete",
+                lambda: client.delete(
+                    self.sidecar, models.PointIdsList(points=[_doc_point_id(doc_id)]), wait=True
+                ),
+            )
             return int(n)
         ids = [check_id(p, f"page_ids[{i}]") for i, p in enumerate(_as_list(page_ids, "page_ids"))]
         present = [r.payload["page_id"] for r in self._retrieve(ids, vectors=False)]
         for chunk in _chunks([_point_id(p) for p in present], self.options.batch_size):
-            self._retry("delete", lambda c=chunk: client.delete(
-                self.collection, models.PointIdsList(points=c), wait=True))
+            self._retry(
+                "delete",
+                lambda c=chunk: client.delete(
+                    self.collection, models.PointIdsList(points=c), wait=True
+                ),
+            )
         return len(present)
 
-    def _write_pages(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *,
-                     replace: bool) -> None:
+    def _write_pages(
+        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *, replace: bool
+    ) -> None:
         self._writable()
         pages = [check_page(p, self.dim, i) for i, p in enumerate(_as_list(pages, "pages"))]
         docs = [check_document(d, i) for i, d in enumerate(_as_list(documents, "documents"))]
         check_unique([p.page_id for p in pages], "pages")
         check_unique([d.doc_id for d in docs], "documents")
-        vectors = [check_vectors(p.vectors, self.dim, f"pages[{i}] ({p.page_id!r}).vectors")
-                   for i, p in enumerate(pages)]
+        vectors = [
+            check_vectors(p.vectors, self.dim, f"pages[{i}] ({p.page_id!r}).vectors")
+            for i, p in enumerate(pages)
+        ]
         for i, p in enumerate(pages):
             metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
         for i, d in enumerate(docs):
@@ -422,8 +480,10 @@ class QdrantStore:
         if not pages and not docs:
             return
         if not replace:
-            existing = sorted(r.payload["page_id"] for r in
-                              self._retrieve([p.page_id for p in pages], vectors=False))
+            existing = sorted(
+                r.payload["page_id"]
+                for r in self._retrieve([p.page_id for p in pages], vectors=False)
+            )
             if existing:
                 raise DuplicatePageError(
                     f"{len(existing)} page ids already exist in {self.root} (e.g. "
@@ -431,8 +491,9 @@ class QdrantStore:
                 )
         points = [self._point(p, v) for p, v in zip(pages, vectors, strict=True)]
         for chunk in _chunks(points, self.options.batch_size):
-            self._retry("upsert", lambda c=chunk: self._client().upsert(
-                self.collection, c, wait=True))
+            self._retry(
+                "upsert", lambda c=chunk: self._client().upsert(self.collection, c, wait=True)
+            )
         given = {d.doc_id for d in docs}
         self._put_documents(docs)
         self._ensure_documents(sorted({p.doc_id for p in pages} - given))
@@ -444,25 +505,49 @@ class QdrantStore:
             named["mean"] = vec.mean(axis=0).tolist()
         elif self.candidate == "binary":
             named["binary"] = _signs(vec).tolist()
-        payload = {"page_id": page.page_id, "doc_id": page.doc_id, "page_no": int(page.page_no),
-                   "metadata": page.metadata, "image_ref": page.image_ref, "text": page.text}
+        payload = {
+            "page_id": page.page_id,
+            "doc_id": page.doc_id,
+            "page_no": int(page.page_no),
+            "metadata": page.metadata,
+            "image_ref": page.image_ref,
+            "text": page.text,
+        }
         return models.PointStruct(id=_point_id(page.page_id), vector=named, payload=payload)
 
     def _put_documents(self, docs: list[DocumentRecord]) -> None:
-        points = [models.PointStruct(id=_doc_point_id(d.doc_id), vector={}, payload={
-            "kind": "document", "doc_id": d.doc_id, "source": d.source,
-            "content_hash": d.content_hash, "n_pages": d.n_pages, "complete": d.complete,
-            "metadata": d.metadata}) for d in docs]
+        points = [
+            models.PointStruct(
+                id=_doc_point_id(d.doc_id),
+                vector={},
+                payload={
+                    "kind": "document",
+                    "doc_id": d.doc_id,
+                    "source": d.source,
+                    "content_hash": d.content_hash,
+                    "n_pages": d.n_pages,
+                    "complete": d.complete,
+                    "metadata": d.metadata,
+                },
+            )
+            for d in docs
+        ]
         for chunk in _chunks(points, self.options.batch_size):
-            self._retry("write documents", lambda c=chunk: self._client().upsert(
-                self.sidecar, c, wait=True))
+            self._retry(
+                "write documents", lambda c=chunk: self._client().upsert(self.sidecar, c, wait=True)
+            )
 
     def _ensure_documents(self, doc_ids: list[str]) -> None:
         """Every page's document gets a row (incomplete, no metadata) unless it has one."""
         if not doc_ids:
             return
-        have = {r.payload["doc_id"] for r in self._retry("read documents", lambda: self._client(
-        ).retrieve(self.sidecar, [_doc_point_id(d) for d in doc_ids]))}
+        have = {
+            r.payload["doc_id"]
+            for r in self._retry(
+                "read documents",
+                lambda: self._client().retrieve(self.sidecar, [_doc_point_id(d) for d in doc_ids]),
+            )
+        }
         self._put_documents([DocumentRecord(d) for d in doc_ids if d not in have])
 
     def compact(self) -> None:
@@ -471,8 +556,9 @@ class QdrantStore:
 
     # ------------------------------------------------------------------ reads
     def count(self) -> int:
-        return int(self._retry("count", lambda: self._client().count(
-            self.collection, exact=True)).count)
+        return int(
+            self._retry("count", lambda: self._client().count(self.collection, exact=True)).count
+        )
 
     def get(self, page_ids: Sequence[str], *, missing: str = "error") -> list[PageRecord]:
         """Pages in the order asked; unknown ids raise `PageNotFoundError` (or are skipped)."""
@@ -486,55 +572,88 @@ class QdrantStore:
         return [_page_record(found[i]) for i in ids if i in found]
 
     def documents(self) -> list[DocumentRecord]:
-        points = self._scroll(self.sidecar, _match("kind", "document"), ["doc_id", "source",
-                              "content_hash", "n_pages", "complete", "metadata"])
+        points = self._scroll(
+            self.sidecar,
+            _match("kind", "document"),
+            ["doc_id", "source", "content_hash", "n_pages", "complete", "metadata"],
+        )
         return sorted((_doc_record(p.payload) for p in points), key=lambda d: d.doc_id)
 
     def document(self, doc_id: str) -> DocumentRecord | None:
         check_id(doc_id, "doc_id")
-        found = self._retry("read documents", lambda: self._client().retrieve(
-            self.sidecar, [_doc_point_id(doc_id)]))
+        found = self._retry(
+            "read documents", lambda: self._client().retrieve(self.sidecar, [_doc_point_id(doc_id)])
+        )
         return _doc_record(found[0].payload) if found else None
 
     def page_ids(self, doc_id: str | None = None) -> list[str]:
         """All page ids (sorted), or a document's in page order."""
         if doc_id is None:
-            return sorted(p.payload["page_id"] for p in self._scroll(
-                self.collection, None, ["page_id"]))
+            return sorted(
+                p.payload["page_id"] for p in self._scroll(self.collection, None, ["page_id"])
+            )
         check_id(doc_id, "doc_id")
         points = self._scroll(self.collection, _match("doc_id", doc_id), ["page_id", "page_no"])
-        return [p.payload["page_id"] for p in sorted(
-            points, key=lambda p: (p.payload["page_no"], p.payload["page_id"]))]
+        return [
+            p.payload["page_id"]
+            for p in sorted(points, key=lambda p: (p.payload["page_no"], p.payload["page_id"]))
+        ]
 
     def _retrieve(self, page_ids: list[str], *, vectors: bool) -> list[Any]:
         found: list[Any] = []
         for chunk in _chunks(page_ids, self.options.batch_size):
-            found.extend(self._retry("retrieve", lambda c=chunk: self._client().retrieve(
-                self.collection, [_point_id(p) for p in c], with_payload=True,
-                with_vectors=[PAGES] if vectors else False)))
+            found.extend(
+                self._retry(
+                    "retrieve",
+                    lambda c=chunk: self._client().retrieve(
+                        self.collection,
+                        [_point_id(p) for p in c],
+                        with_payload=True,
+                        with_vectors=[PAGES] if vectors else False,
+                    ),
+                )
+            )
         return found
 
-    def _scroll(self, collection: str, flt: models.Filter | None,
-                fields: list[str]) -> list[Any]:
+    def _scroll(self, collection: str, flt: models.Filter | None, fields: list[str]) -> list[Any]:
         points: list[Any] = []
         offset = None
         while True:
-            batch, offset = self._retry("scroll", lambda o=offset: self._client().scroll(
-                collection, scroll_filter=flt, limit=1000, offset=o,
-                with_payload=models.PayloadSelectorInclude(include=fields), with_vectors=False))
+            batch, offset = self._retry(
+                "scroll",
+                lambda o=offset: self._client().scroll(
+                    collection,
+                    scroll_filter=flt,
+                    limit=1000,
+                    offset=o,
+                    with_payload=models.PayloadSelectorInclude(include=fields),
+                    with_vectors=False,
+                ),
+            )
             points.extend(batch)
             if offset is None:
                 return points
 
     # ------------------------------------------------------------------ search
-    def search(self, query: np.ndarray, k: int = 5, *, filter: dict[str, Any] | None = None,
-               mode: SearchMode = "auto") -> list[SearchResult]:
+    def search(
+        self,
+        query: np.ndarray,
+        k: int = 5,
+        *,
+        filter: dict[str, Any] | None = None,
+        mode: SearchMode = "auto",
+    ) -> list[SearchResult]:
         """Top-k pages by MaxSim, best first; ties by page_id ascending."""
         return self.search_many([query], k, filter=filter, mode=mode)[0]
 
-    def search_many(self, queries: Sequence[np.ndarray], k: int = 5, *,
-                    filter: dict[str, Any] | None = None,
-                    mode: SearchMode = "auto") -> list[list[SearchResult]]:
+    def search_many(
+        self,
+        queries: Sequence[np.ndarray],
+        k: int = 5,
+        *,
+        filter: dict[str, Any] | None = None,
+        mode: SearchMode = "auto",
+    ) -> list[list[SearchResult]]:
         """`search` for several queries in one batched request.
 
         ``exact`` scans every (filtered) page's multivector; ``two_stage`` prefetches
@@ -551,8 +670,9 @@ class QdrantStore:
             return []
         exact = self._use_exact(mode)
         requests = [self._request(q, k + _TIE_MARGIN, flt, exact) for q in qs]
-        responses = self._retry("query", lambda: self._client().query_batch_points(
-            self.collection, requests))
+        responses = self._retry(
+            "query", lambda: self._client().query_batch_points(self.collection, requests)
+        )
         return [_results(r.points, k) for r in responses]
 
     def _use_exact(self, mode: str) -> bool:
@@ -563,15 +683,27 @@ class QdrantStore:
         approx = self._retry("count", lambda: self._client().count(self.collection, exact=False))
         return approx.count <= self.options.exact_max_pages
 
-    def _request(self, q: np.ndarray, limit: int, flt: models.Filter | None,
-                 exact: bool) -> models.QueryRequest:
+    def _request(
+        self, q: np.ndarray, limit: int, flt: models.Filter | None, exact: bool
+    ) -> models.QueryRequest:
         prefetch = None
         if not exact:
             cand = q.mean(axis=0).tolist() if self.candidate == "mean" else _signs(q).tolist()
-            prefetch = models.Prefetch(query=cand, using=self.candidate, filter=flt,
-                                       limit=max(limit, self.options.candidates))
-        return models.QueryRequest(query=q.tolist(), using=PAGES, prefetch=prefetch, filter=flt,
-                                   limit=limit, with_payload=True, with_vector=False)
+            prefetch = models.Prefetch(
+                query=cand,
+                using=self.candidate,
+                filter=flt,
+                limit=max(limit, self.options.candidates),
+            )
+        return models.QueryRequest(
+            query=q.tolist(),
+            using=PAGES,
+            prefetch=prefetch,
+            filter=flt,
+            limit=limit,
+            with_payload=True,
+            with_vector=False,
+        )
 
     # ------------------------------------------------------------------ integrity
     def verify(self) -> VerifyReport:
@@ -586,13 +718,17 @@ class QdrantStore:
         for p in pages:
             payload = p.payload or {}
             if str(p.id) != _point_id(str(payload.get("page_id"))):
-                problems.append(f"point {p.id} has page_id {payload.get('page_id')!r} that does "
-                                "not hash to its id")
+                problems.append(
+                    f"point {p.id} has page_id {payload.get('page_id')!r} that does "
+                    "not hash to its id"
+                )
             elif payload.get("doc_id") not in docs:
-                problems.append(f"page {payload['page_id']!r}: no row for document "
-                                f"{payload.get('doc_id')!r}")
-        return VerifyReport(ok=not problems, problems=problems, pages=len(pages),
-                            documents=len(docs))
+                problems.append(
+                    f"page {payload['page_id']!r}: no row for document {payload.get('doc_id')!r}"
+                )
+        return VerifyReport(
+            ok=not problems, problems=problems, pages=len(pages), documents=len(docs)
+        )
 
     # ------------------------------------------------------------------ helpers
     def _client(self) -> QdrantClient:
@@ -619,31 +755,53 @@ def _location(location: str | QdrantLocation, api_key: str | None) -> QdrantLoca
     return parse_qdrant_url(location, api_key=api_key)
 
 
-def _create_collections(client: QdrantClient, loc: QdrantLocation, dim: int, candidate: str,
-                        opts: QdrantOptions) -> None:
+def _create_collections(
+    client: QdrantClient, loc: QdrantLocation, dim: int, candidate: str, opts: QdrantOptions
+) -> None:
     maxsim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
-    vectors = {PAGES: models.VectorParams(
-        size=dim, distance=models.Distance.DOT, multivector_config=maxsim,
-        hnsw_config=models.HnswConfigDiff(m=0), datatype=models.Datatype.FLOAT16,
-        on_disk=opts.on_disk)}
+    vectors = {
+        PAGES: models.VectorParams(
+            size=dim,
+            distance=models.Distance.DOT,
+            multivector_config=maxsim,
+            hnsw_config=models.HnswConfigDiff(m=0),
+            datatype=models.Datatype.FLOAT16,
+            on_disk=opts.on_disk,
+        )
+    }
     if candidate == "mean":
         vectors["mean"] = models.VectorParams(size=dim, distance=models.Distance.DOT)
     elif candidate == "binary":
         vectors["binary"] = models.VectorParams(
-            size=dim, distance=models.Distance.DOT, multivector_config=maxsim,
-            datatype=models.Datatype.FLOAT16)
-    _retry(opts, "create collection", lambda: client.create_collection(
-        loc.collection, vectors_config=vectors))
-    if not _retry(opts, "collection check", lambda: client.collection_exists(
-            loc.collection + SIDECAR_SUFFIX)):
-        _retry(opts, "create collection", lambda: client.create_collection(
-            loc.collection + SIDECAR_SUFFIX, vectors_config={}))
+            size=dim,
+            distance=models.Distance.DOT,
+            multivector_config=maxsim,
+            datatype=models.Datatype.FLOAT16,
+        )
+    _retry(
+        opts,
+        "create collection",
+        lambda: client.create_collection(loc.collection, vectors_config=vectors),
+    )
+    if not _retry(
+        opts, "collection check", lambda: client.collection_exists(loc.collection + SIDECAR_SUFFIX)
+    ):
+        _retry(
+            opts,
+            "create collection",
+            lambda: client.create_collection(loc.collection + SIDECAR_SUFFIX, vectors_config={}),
+        )
     if loc.host is not None:  # payload indexes only matter on a server (local mode warns)
-        for name, schema in (("doc_id", models.PayloadSchemaType.KEYWORD),
-                             ("page_id", models.PayloadSchemaType.KEYWORD),
-                             ("page_no", models.PayloadSchemaType.INTEGER)):
-            _retry(opts, "create index", lambda n=name, s=schema: client.create_payload_index(
-                loc.collection, n, s))
+        for name, schema in (
+            ("doc_id", models.PayloadSchemaType.KEYWORD),
+            ("page_id", models.PayloadSchemaType.KEYWORD),
+            ("page_no", models.PayloadSchemaType.INTEGER),
+        ):
+            _retry(
+                opts,
+                "create index",
+                lambda n=name, s=schema: client.create_payload_index(loc.collection, n, s),
+            )
 
 
 def _signs(vectors: np.ndarray) -> np.ndarray:
@@ -660,12 +818,13 @@ def _doc_point_id(doc_id: str) -> str:
 
 
 def _match(key: str, value: str) -> models.Filter:
-    return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(
-        value=value))])
+    return models.Filter(
+        must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))]
+    )
 
 
 def _chunks(items: list[T], size: int) -> list[list[T]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _as_list(items: Any, what: str = "queries") -> list[Any]:
@@ -681,18 +840,39 @@ def _as_list(items: Any, what: str = "queries") -> list[Any]:
 def _page_record(point: Any) -> PageRecord:
     p = point.payload
     vectors = point.vector[PAGES] if isinstance(point.vector, dict) else point.vector
-    return PageRecord(p["page_id"], p["doc_id"], int(p["page_no"]),
-                      np.asarray(vectors, dtype=np.float32), dict(p.get("metadata") or {}),
-                      p.get("image_ref"), p.get("text"))
+    return PageRecord(
+        p["page_id"],
+        p["doc_id"],
+        int(p["page_no"]),
+        np.asarray(vectors, dtype=np.float32),
+        dict(p.get("metadata") or {}),
+        p.get("image_ref"),
+        p.get("text"),
+    )
 
 
 def _doc_record(p: dict[str, Any]) -> DocumentRecord:
-    return DocumentRecord(p["doc_id"], p.get("source"), p.get("content_hash"), p.get("n_pages"),
-                          bool(p.get("complete")), dict(p.get("metadata") or {}))
+    return DocumentRecord(
+        p["doc_id"],
+        p.get("source"),
+        p.get("content_hash"),
+        p.get("n_pages"),
+        bool(p.get("complete")),
+        dict(p.get("metadata") or {}),
+    )
 
 
 def _results(points: list[Any], k: int) -> list[SearchResult]:
-    hits = [SearchResult(p.payload["page_id"], p.payload["doc_id"], int(p.payload["page_no"]),
-                         float(p.score), dict(p.payload.get("metadata") or {}),
-                         p.payload.get("image_ref"), p.payload.get("text")) for p in points]
+    hits = [
+        SearchResult(
+            p.payload["page_id"],
+            p.payload["doc_id"],
+            int(p.payload["page_no"]),
+            float(p.score),
+            dict(p.payload.get("metadata") or {}),
+            p.payload.get("image_ref"),
+            p.payload.get("text"),
+        )
+        for p in points
+    ]
     return sorted(hits, key=lambda h: (-h.score, h.page_id))[:k]

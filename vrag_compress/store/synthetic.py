@@ -40,8 +40,9 @@ def clustered_pages(
     return _normalise(centres[topic] + noise)
 
 
-def queries_for(pages: np.ndarray, n_queries: int, tokens: int = 20, *, noise: float = 0.3,
-                seed: int = 0) -> list[np.ndarray]:
+def queries_for(
+    pages: np.ndarray, n_queries: int, tokens: int = 20, *, noise: float = 0.3, seed: int = 0
+) -> list[np.ndarray]:
     """Queries of ``tokens`` vectors, each a noisy copy of random tokens of one random page."""
     rng = np.random.default_rng(seed + 2)
     dim = pages.shape[-1]

@@ -95,12 +95,18 @@ class WordEncoder:
 
 # doc_id -> (metadata, pages' words); page n of a document is entry n-1
 CORPUS: dict[str, tuple[dict, list[list[str]]]] = {
-    "apollo": ({"year": 1969, "topic": "space"}, [["apollo", "moon", "landing"],
-                                                  ["saturn", "rocket", "engine"]]),
-    "budget": ({"year": 2015, "topic": "finance"}, [["budget", "deficit", "revenue"],
-                                                    ["tax", "expenditure", "senate"]]),
-    "weather": ({"year": 2021, "topic": "science"}, [["storm", "rainfall", "forecast"],
-                                                     ["drought", "temperature", "record"]]),
+    "apollo": (
+        {"year": 1969, "topic": "space"},
+        [["apollo", "moon", "landing"], ["saturn", "rocket", "engine"]],
+    ),
+    "budget": (
+        {"year": 2015, "topic": "finance"},
+        [["budget", "deficit", "revenue"], ["tax", "expenditure", "senate"]],
+    ),
+    "weather": (
+        {"year": 2021, "topic": "science"},
+        [["storm", "rainfall", "forecast"], ["drought", "temperature", "record"]],
+    ),
 }
 
 

@@ -15,7 +15,10 @@ def run_example(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("OPENAI_API_KEY", None)
     return subprocess.run(
-        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, env=env,
+        [sys.executable, str(EXAMPLE), *args],
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
     )
 
@@ -28,7 +31,8 @@ def test_example_answers_with_page_citations(shared_data, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [c["file"] for c in result["citations"]] == [pdf.name, pdf.name]
-    assert all(1 <= c["page_no"] <= 5 and Path(c["image_path"]).is_file()
-               for c in result["citations"])
+    assert all(
+        1 <= c["page_no"] <= 5 and Path(c["image_path"]).is_file() for c in result["citations"]
+    )
     assert "page_no:" in result["answer"]  # the mock LLM echoes the cited pages back
     assert "5 pages (1 new documents)" in first.stdout

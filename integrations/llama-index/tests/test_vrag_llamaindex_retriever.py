@@ -227,8 +227,9 @@ def test_query_engine_sends_the_page_images_to_the_llm(visual_index, mock_llm):
     assert [s.node.node_id for s in sources][0] == "apollo:1" and len(sources) == 2
     pages = [Path(s.node.image_path).read_bytes() for s in sources]
     assert sorted(sent_images(mock_llm)) == sorted(pages)
-    text = " ".join(b.text for call in mock_llm.calls for b in _blocks(call)
-                    if isinstance(b, TextBlock))
+    text = " ".join(
+        b.text for call in mock_llm.calls for b in _blocks(call) if isinstance(b, TextBlock)
+    )
     assert "apollo moon landing" in text  # the question
     assert "page_no: 1" in text and "/corpus/apollo.pdf" in text  # citation metadata
     assert "n_tokens" not in text  # bookkeeping stays out of the prompt

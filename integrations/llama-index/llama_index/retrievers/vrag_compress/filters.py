@@ -68,9 +68,7 @@ def _group(group: MetadataFilters) -> StoreFilter:
             "FilterCondition.NOT is not supported by the vrag store; negate the operators "
             "instead (== -> !=, in -> nin, > -> <=)"
         )
-    parts = [
-        _group(f) if isinstance(f, MetadataFilters) else _single(f) for f in group.filters
-    ]
+    parts = [_group(f) if isinstance(f, MetadataFilters) else _single(f) for f in group.filters]
     parts = [p for p in parts if p]
     if len(parts) == 1:
         return parts[0]

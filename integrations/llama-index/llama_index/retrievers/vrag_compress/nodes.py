@@ -25,12 +25,29 @@ log = logging.getLogger(__name__)
 
 ImageMode = Literal["path", "base64", "none"]
 IMAGE_MODES = ("path", "base64", "none")
-_MIMETYPES = {".png": "image/png", ".webp": "image/webp", ".jpg": "image/jpeg",
-              ".jpeg": "image/jpeg", ".tif": "image/tiff", ".tiff": "image/tiff",
-              ".bmp": "image/bmp", ".gif": "image/gif"}
+_MIMETYPES = {
+    ".png": "image/png",
+    ".webp": "image/webp",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".tif": "image/tiff",
+    ".tiff": "image/tiff",
+    ".bmp": "image/bmp",
+    ".gif": "image/gif",
+}
 # bookkeeping keys that help nobody answer a question
-_HIDDEN_KEYS = ["n_tokens", "page_id", "failed_pages", "_node_content", "_node_type",
-                "document_id", "ref_doc_id", "content_hash", "file_path", "file_name"]
+_HIDDEN_KEYS = [
+    "n_tokens",
+    "page_id",
+    "failed_pages",
+    "_node_content",
+    "_node_type",
+    "document_id",
+    "ref_doc_id",
+    "content_hash",
+    "file_path",
+    "file_name",
+]
 
 
 def page_id(doc_id: str, page_no: int) -> str:

@@ -204,8 +204,11 @@ class VragVectorStore(BasePydanticVectorStore):
 
     def persist(self, persist_path: str, fs: Any = None) -> None:
         """Nothing to do: every `add` and `delete` is committed to the index folder."""
-        log.debug("VragVectorStore at %s is already durable; persist(%s) is a no-op",
-                  self.path, persist_path)
+        log.debug(
+            "VragVectorStore at %s is already durable; persist(%s) is a no-op",
+            self.path,
+            persist_path,
+        )
 
     # ----------------------------------------------------------------- reading
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
