@@ -9,9 +9,14 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test lint
+.PHONY: install demo test lint system-deps
 
-install: $(VENV)/.installed
+# Debian packages the demo and tests need (tools/system-packages.txt): installed with apt-get as
+# root or with sudo; otherwise the exact install command is printed and make stops.
+system-deps:
+	$(PYTHON) tools/system_deps.py
+
+install: system-deps $(VENV)/.installed
 
 INTEGRATIONS := integrations/llama-index integrations/langchain
 
