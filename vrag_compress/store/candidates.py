@@ -1,0 +1,404 @@
+"""The persisted centroid-code candidate index of a store (files under ``centroids/``).
+
+One index is a set of immutable ``.npy`` files plus a manifest (a JSON dict the store keeps in
+its catalog and commits in the same transaction as the pages the files describe)::
+
+    centroids/
+      c00000001-centroids.npy   [K, D] float32 unit centroids
+      c00000001-cutoffs.npy     [D, 2^b-1] residual bucket cutoffs   (only with 4bit/2bit codes)
+      c00000001-weights.npy     [D, 2^b]   residual bucket values
+      c00000002-pids.npy        [P] int64  catalog page keys of the part's pages ("slots")
+      c00000002-bounds.npy      [P+1] int64 token offsets of each page in the part
+      c00000002-codes.npy       [T] uint16 centroid id of every token
+      c00000002-indptr.npy      [K+1] int64 ┐ per-centroid page lists (CSR) of the base part;
+      c00000002-lists.npy       [nnz] int32 ┘ appended (tail) parts are scored from their codes
+      c00000002-resid.npy       [T, D·b/8] uint8 packed residuals    (only with 4bit/2bit codes)
+
+Files are written to a temporary name, fsync'ed and renamed before the catalog commit that
+references them, and never modified: an append writes a new tail part, a merge (compaction)
+or a retrain writes a new base, and files no manifest references are orphans that the next
+writer removes. Deleted pages stay in the files until the next merge; searches mask them.
+Opening maps the files (no rebuild), so it costs milliseconds at any size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import centroids as cz
+from vrag_compress.store.base import StoreCorruptError
+from vrag_compress.store.maxsim import gather_pages
+
+log = logging.getLogger(__name__)
+
+INDEX_DIR = "centroids"
+FORMAT = 1
+NBITS = {"none": 0, "4bit": 4, "2bit": 2}
+_CRC_CHUNK = 1 << 26
+MERGE_TAIL_FRACTION = 0.25  # merge tails into the base past this share of its tokens ...
+MERGE_MAX_TAILS = 64  # ... or this many tail parts
+
+
+@dataclass
+class _Part:
+    """Pages of one base or tail part (arrays may be memory maps)."""
+
+    pids: np.ndarray
+    bounds: np.ndarray
+    codes: np.ndarray
+    resid: np.ndarray | None
+
+
+def _save(folder: Path, name: str, array: np.ndarray, crcs: dict[str, int]) -> str:
+    """Write one immutable array file crash-safely (temp name, fsync, rename); record its CRC."""
+    array = np.ascontiguousarray(array)
+    tmp = folder / (name + ".tmp")
+    with open(tmp, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, folder / name)
+    crcs[name] = _crc(array)
+    return name
+
+
+def _crc(array: np.ndarray) -> int:
+    flat = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
+    crc = 0
+    for start in range(0, len(flat), _CRC_CHUNK):
+        crc = zlib.crc32(flat[start : start + _CRC_CHUNK].tobytes(), crc)
+    return crc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load(folder: Path, name: str) -> np.ndarray:
+    path = folder / name
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise StoreCorruptError(str(path), f"unreadable candidate index file: {exc}") from exc
+
+
+class _Writer:
+    """Names new files with never-reused numbers taken from the manifest."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any] | None):
+        self.folder = root / INDEX_DIR
+        self.folder.mkdir(exist_ok=True)
+        self.next_file = int(manifest["next_file"]) if manifest else 1
+        self.crcs: dict[str, int] = {}
+
+    def group(self) -> str:
+        prefix = f"c{self.next_file:08d}"
+        self.next_file += 1
+        return prefix
+
+    def part(self, part: _Part, lists: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+        g = self.group()
+        files = {
+            "pids": _save(self.folder, f"{g}-pids.npy", part.pids.astype(np.int64), self.crcs),
+            "bounds": _save(
+                self.folder, f"{g}-bounds.npy", part.bounds.astype(np.int64), self.crcs
+            ),
+            "codes": _save(self.folder, f"{g}-codes.npy", part.codes, self.crcs),
+        }
+        if lists is not None:
+            files["indptr"] = _save(self.folder, f"{g}-indptr.npy", lists[0], self.crcs)
+            files["lists"] = _save(self.folder, f"{g}-lists.npy", lists[1], self.crcs)
+        if part.resid is not None:
+            files["resid"] = _save(self.folder, f"{g}-resid.npy", part.resid, self.crcs)
+        return {"files": files, "pages": len(part.pids), "tokens": int(part.bounds[-1])}
+
+    def finish(self) -> None:
+        _fsync_dir(self.folder)
+
+
+def manifest_files(manifest: dict[str, Any] | None) -> set[str]:
+    """Every file name a manifest references."""
+    if not manifest:
+        return set()
+    names = {manifest["centroids"], *manifest.get("codec", [])}
+    for part in [manifest["base"], *manifest["tails"]]:
+        names.update(part["files"].values())
+    return names
+
+
+def remove_orphans(root: Path, manifest: dict[str, Any] | None) -> int:
+    """Delete index files (and temporaries) that the committed manifest does not reference."""
+    folder = root / INDEX_DIR
+    if not folder.is_dir():
+        return 0
+    keep = manifest_files(manifest)
+    removed = 0
+    for entry in folder.iterdir():
+        if entry.name not in keep:
+            entry.unlink(missing_ok=True)
+            removed += 1
+    if removed:
+        _fsync_dir(folder)
+    return removed
+
+
+def verify_files(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Problems with the index files: missing, unreadable, wrong shape, or failing their CRC."""
+    folder = root / INDEX_DIR
+    problems = []
+    for name in sorted(manifest_files(manifest)):
+        path = folder / name
+        try:
+            array = _load(folder, name)
+        except FileNotFoundError:
+            problems.append(f"{path}: candidate index file is missing")
+            continue
+        except StoreCorruptError as exc:
+            problems.append(str(exc))
+            continue
+        if _crc(np.asarray(array)) != manifest["crc"].get(name):
+            problems.append(f"{path}: candidate index file fails its checksum")
+    if not problems:
+        try:
+            CandidateIndex.open(root, manifest)
+        except StoreCorruptError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def train(
+    root: Path,
+    pids: np.ndarray,
+    bounds: np.ndarray,
+    tokens: np.ndarray,
+    *,
+    codes: str = "none",
+    previous: dict[str, Any] | None = None,
+    seed: int = 0,
+    gpu: bool | None = None,
+) -> dict[str, Any]:
+    """Train centroids on the given pages, encode all their tokens, write a new base; returns
+    the manifest to commit (``previous`` only supplies the file numbering)."""
+    if codes not in NBITS:
+        raise ValueError(f"codes must be one of {tuple(NBITS)}, got {codes!r}")
+    total = int(bounds[-1])
+    if len(tokens) != total or len(pids) != len(bounds) - 1:
+        raise ValueError(f"{len(pids)} pages with {total} tokens, got {len(tokens)} token rows")
+    k = cz.choose_k(total)
+    sample = cz.training_sample(total, k, seed=seed)
+    centroids = cz.train_centroids(
+        np.asarray(tokens[sample], dtype=np.float32), k, seed=seed, gpu=gpu
+    )
+    k = len(centroids)
+    w = _Writer(root, previous)
+    g = w.group()
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "k": k,
+        "dim": int(centroids.shape[1]),
+        "codes": codes,
+        "trained_tokens": total,
+        "centroids": _save(w.folder, f"{g}-centroids.npy", centroids, w.crcs),
+        "codec": [],
+    }
+    codec = None
+    code_ids = cz.assign(tokens, centroids)
+    if NBITS[codes]:
+        resid = np.asarray(tokens[sample], dtype=np.float32) - centroids[code_ids[sample]]
+        codec = cz.ResidualCodec.fit(resid, NBITS[codes])
+        manifest["codec"] = [
+            _save(w.folder, f"{g}-cutoffs.npy", codec.cutoffs, w.crcs),
+            _save(w.folder, f"{g}-weights.npy", codec.weights, w.crcs),
+        ]
+    part = _Part(
+        np.asarray(pids, dtype=np.int64),
+        np.asarray(bounds, dtype=np.int64),
+        code_ids,
+        None if codec is None else codec.encode(tokens, code_ids, centroids),
+    )
+    manifest["base"] = w.part(part, cz.build_lists(part.codes, part.bounds, k))
+    manifest["tails"] = []
+    w.finish()
+    manifest["next_file"] = w.next_file
+    manifest["crc"] = w.crcs
+    return manifest
+
+
+class CandidateIndex:
+    """An opened (memory-mapped) candidate index: scores slots, encodes and decodes tokens."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]):
+        self.root = root
+        self.manifest = manifest
+        folder = root / INDEX_DIR
+        self.k = int(manifest["k"])
+        self.centroids = np.asarray(_load(folder, manifest["centroids"]), dtype=np.float32)
+        self.codec = None
+        if manifest["codec"]:
+            cutoffs, weights = (np.asarray(_load(folder, n)) for n in manifest["codec"])
+            self.codec = cz.ResidualCodec(NBITS[manifest["codes"]], cutoffs, weights)
+        files = manifest["base"]["files"]
+        self.base = self._part(folder, files)
+        self.indptr = _load(folder, files["indptr"])
+        self.lists = _load(folder, files["lists"])
+        tails = [self._part(folder, t["files"]) for t in manifest["tails"]]
+        width = 0 if self.codec is None else self.codec.bytes_per_token
+        self.tail = _concat(tails, self.codec is not None, width)
+        self.slot_pids = np.concatenate([self.base.pids, self.tail.pids]).astype(np.int64)
+        self.slot_bounds = np.concatenate(
+            [self.base.bounds, self.tail.bounds[1:] + self.base.bounds[-1]]
+        )
+        self._check_shapes()
+
+    @classmethod
+    def open(cls, root: Path, manifest: dict[str, Any]) -> CandidateIndex:
+        return cls(Path(root), manifest)
+
+    def _part(self, folder: Path, files: dict[str, str]) -> _Part:
+        return _Part(
+            _load(folder, files["pids"]),
+            _load(folder, files["bounds"]),
+            _load(folder, files["codes"]),
+            _load(folder, files["resid"]) if "resid" in files else None,
+        )
+
+    def _check_shapes(self) -> None:
+        folder = self.root / INDEX_DIR
+        m = self.manifest
+        base = m["base"]["files"]
+        checks = [
+            (m["centroids"], self.centroids.shape == (self.k, m["dim"])),
+            (base["indptr"], self.indptr.shape == (self.k + 1,)),
+            (base["lists"], len(self.lists) == (int(self.indptr[-1]) if self.k else 0)),
+            (base["bounds"], len(self.base.bounds) == len(self.base.pids) + 1),
+            (base["codes"], len(self.base.codes) == int(self.base.bounds[-1])),
+        ]
+        if self.codec is not None:
+            width = m["dim"] * self.codec.nbits // 8
+            resid = self.base.resid
+            shape = None if resid is None else resid.shape
+            checks.append((base["resid"], shape == (len(self.base.codes), width)))
+        for name, ok in checks:
+            if not ok:
+                raise StoreCorruptError(str(folder / name), "candidate index file has wrong shape")
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.slot_pids)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.slot_bounds[-1])
+
+    def nbytes(self) -> int:
+        """Bytes of the index files (what the index adds to the store's size)."""
+        folder = self.root / INDEX_DIR
+        return sum((folder / n).stat().st_size for n in manifest_files(self.manifest))
+
+    def needs_merge(self) -> bool:
+        tails = self.manifest["tails"]
+        return len(tails) > MERGE_MAX_TAILS or (
+            self.tail.bounds[-1] > MERGE_TAIL_FRACTION * max(int(self.base.bounds[-1]), 1)
+        )
+
+    # ----------------------------------------------------------------- search
+
+    def scores(self, query: np.ndarray, nprobe: int) -> np.ndarray:
+        """Approximate score of every slot ``[n_slots]`` (deleted pages included; mask them)."""
+        cells, cell_scores, floor = cz.probe(query, self.centroids, nprobe)
+        base = cz.list_scores(
+            cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids)
+        )
+        if len(self.tail.pids) == 0:
+            return base
+        tail = cz.code_scores(cells, cell_scores, floor, self.tail.codes, self.tail.bounds, self.k)
+        return np.concatenate([base, tail])
+
+    def decode(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate float32 tokens of the given slots (residual codes) and their bounds."""
+        base_resid, tail_resid = self.base.resid, self.tail.resid
+        if self.codec is None or base_resid is None or tail_resid is None:
+            raise ValueError("this candidate index keeps no residual codes")
+        rows, bounds = gather_pages(self.slot_bounds, np.asarray(slots, dtype=np.int64))
+        n_base = int(self.base.bounds[-1])
+        in_base = rows < n_base
+        codes = np.empty(len(rows), dtype=np.int64)
+        packed = np.empty((len(rows), self.codec.bytes_per_token), dtype=np.uint8)
+        codes[in_base] = self.base.codes[rows[in_base]]
+        packed[in_base] = base_resid[rows[in_base]]
+        if (~in_base).any():
+            codes[~in_base] = self.tail.codes[rows[~in_base] - n_base]
+            packed[~in_base] = tail_resid[rows[~in_base] - n_base]
+        return self.codec.decode(packed, codes, self.centroids), bounds
+
+    # ----------------------------------------------------------------- changes
+
+    def append(self, pids: np.ndarray, bounds: np.ndarray, tokens: np.ndarray) -> dict[str, Any]:
+        """Assign new pages' tokens to the existing centroids in a new tail part; returns the
+        manifest to commit."""
+        codes = cz.assign(tokens, self.centroids)
+        resid = None if self.codec is None else self.codec.encode(tokens, codes, self.centroids)
+        w = _Writer(self.root, self.manifest)
+        tail = w.part(_Part(np.asarray(pids, np.int64), np.asarray(bounds), codes, resid), None)
+        w.finish()
+        return self._updated(w, tails=[*self.manifest["tails"], tail])
+
+    def merge(self, live_pids: np.ndarray) -> dict[str, Any]:
+        """Rewrite base and tails as one base holding only ``live_pids`` (the lists rebuilt);
+        returns the manifest to commit."""
+        keep = np.flatnonzero(np.isin(self.slot_pids, live_pids))
+        rows, bounds = gather_pages(self.slot_bounds, keep)
+        codes = np.concatenate([self.base.codes, self.tail.codes])[rows]
+        resid = None
+        if self.base.resid is not None and self.tail.resid is not None:
+            resid = np.concatenate([self.base.resid, self.tail.resid])[rows]
+        part = _Part(self.slot_pids[keep], bounds, codes, resid)
+        w = _Writer(self.root, self.manifest)
+        base = w.part(part, cz.build_lists(codes, bounds, self.k))
+        w.finish()
+        return self._updated(w, base=base, tails=[])
+
+    def _updated(self, w: _Writer, **changes: Any) -> dict[str, Any]:
+        manifest = {**self.manifest, **changes, "next_file": w.next_file}
+        names = manifest_files(manifest)
+        manifest["crc"] = {
+            n: c for n, c in {**self.manifest["crc"], **w.crcs}.items() if n in names
+        }
+        return manifest
+
+
+def _concat(parts: list[_Part], with_resid: bool, width: int) -> _Part:
+    """One in-memory part from the tail parts (slots in append order)."""
+    if not parts:
+        return _Part(
+            np.empty(0, np.int64),
+            np.zeros(1, np.int64),
+            np.empty(0, np.uint16),
+            np.empty((0, width), np.uint8) if with_resid else None,
+        )
+    offsets = np.cumsum([0] + [int(p.bounds[-1]) for p in parts[:-1]])
+    bounds = np.concatenate(
+        [np.zeros(1, np.int64)] + [p.bounds[1:] + o for p, o in zip(parts, offsets, strict=True)]
+    )
+    resid = np.concatenate([p.resid for p in parts]) if with_resid else None
+    return _Part(
+        np.concatenate([p.pids for p in parts]),
+        bounds,
+        np.concatenate([p.codes for p in parts]),
+        resid,
+    )

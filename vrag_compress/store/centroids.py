@@ -1,0 +1,309 @@
+"""Centroid codes for candidate search: k-means cells, per-cell page lists, approximate scores.
+
+Every stored token is replaced, for candidate generation, by the id of its nearest centroid (one
+``uint16`` for K ≤ 65,536). A query token scores all K centroids in one product ``S = Q·Cᵀ`` and
+probes its ``nprobe`` best cells; a page's approximate score is the sum over query tokens of the
+best probed cell the page holds, where a page holding none of them gets the token's
+``(nprobe+1)``-th best cell score (the most it could be worth, so unseen pages are not pushed to
+the bottom). The best pages by that score are then reranked exactly by the caller. Everything
+here is whole-array numpy or faiss; nothing loops in Python over pages or tokens.
+
+Optional residual codes (PLAID-style): each token is also stored as its residual to the centroid
+quantised per dimension to 4 or 2 bits (per-dimension quantile buckets, each decoded to the mean
+of its bucket), so vectors can be rebuilt approximately for the rerank without fp16 copies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MIN_K = 1024
+MAX_K = 65536
+MIN_POINTS_PER_CENTROID = 32  # below this k-means cells are noise: tiny collections get fewer
+CODES = ("none", "4bit", "2bit")
+RETRAIN_GROWTH = 4
+_ASSIGN_CHUNK = 1 << 17
+_GROUP_FLOATS = 1 << 24  # bound of the [query tokens, pages] buffer in `list_scores`
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """How many cells each query token probes and how many pages are reranked exactly."""
+
+    nprobe: int
+    rerank: int
+
+
+def choose_k(n_tokens: int) -> int:
+    """K = 2^round(log2 √T) clamped to 1,024–65,536, and at most T/32 (rounded down to a power
+    of two) so that each cell is trained on enough tokens in small collections."""
+    if n_tokens <= 0:
+        return 1
+    k = 2 ** round(math.log2(math.sqrt(n_tokens)))
+    k = min(max(k, MIN_K), MAX_K)
+    cap = n_tokens // MIN_POINTS_PER_CENTROID
+    if cap < k:
+        k = 2 ** int(math.log2(cap)) if cap >= 1 else 1
+    return int(k)
+
+
+def search_params(n_pages: int, k: int) -> SearchParams:
+    """Probes grow with K (K/128, 16–64) and the rerank depth with √pages (at least 256):
+    recall is bounded by the rerank depth, not by the probes, once a few dozen cells are probed."""
+    nprobe = min(max(k // 128, 16), 64, k)
+    rerank = max(256, math.ceil(math.sqrt(max(n_pages, 1))))
+    return SearchParams(nprobe=int(nprobe), rerank=int(min(rerank, max(n_pages, 1))))
+
+
+def needs_retrain(trained_tokens: int, n_tokens: int) -> bool:
+    """Retrain once the collection holds 4× the tokens the centroids were trained on (K ∝ √T
+    then calls for twice the cells) or has shrunk below a quarter of them."""
+    if trained_tokens <= 0:
+        return True
+    return n_tokens >= RETRAIN_GROWTH * trained_tokens or n_tokens * RETRAIN_GROWTH < trained_tokens
+
+
+def code_dtype(k: int) -> np.dtype:
+    return np.dtype("<u2") if k <= 65536 else np.dtype("<i4")
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+def train_centroids(
+    sample: np.ndarray, k: int, *, seed: int = 0, niter: int = 12, gpu: bool | None = None
+) -> np.ndarray:
+    """Spherical k-means centroids ``[k, D]`` (unit norm) of ``sample`` with faiss; on a GPU
+    when faiss sees one (``gpu=None``) or when asked."""
+    import faiss
+
+    x = np.ascontiguousarray(sample, dtype=np.float32)
+    if len(x) == 0:
+        raise ValueError("cannot train centroids on zero tokens")
+    k = max(1, min(k, len(x)))
+    if gpu is None:
+        gpu = _gpu_count(faiss) > 0
+    km = faiss.Kmeans(
+        x.shape[1],
+        k,
+        niter=niter,
+        spherical=True,
+        seed=seed,
+        gpu=bool(gpu),
+        max_points_per_centroid=256,
+        min_points_per_centroid=1,
+        verbose=False,
+    )
+    km.train(x)
+    return _normalise(np.asarray(km.centroids, dtype=np.float32).reshape(k, x.shape[1]))
+
+
+def training_sample(n_tokens: int, k: int, *, seed: int = 0) -> np.ndarray:
+    """Sorted token rows to train K centroids on (at most 64 per centroid)."""
+    n = min(n_tokens, 64 * k)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_tokens, size=n, replace=False))
+
+
+def assign(tokens: np.ndarray, centroids: np.ndarray, *, chunk: int = _ASSIGN_CHUNK) -> np.ndarray:
+    """Nearest centroid (max inner product) of every token, in chunks bounding fp32 copies."""
+    import faiss
+
+    index = faiss.IndexFlatIP(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    out = np.empty(len(tokens), dtype=code_dtype(len(centroids)))
+    for start in range(0, len(tokens), chunk):
+        part = np.ascontiguousarray(tokens[start : start + chunk], dtype=np.float32)
+        _, ids = index.search(part, 1)
+        out[start : start + len(part)] = ids[:, 0]
+    return out
+
+
+def build_lists(codes: np.ndarray, bounds: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR page lists: ``pages[indptr[c]:indptr[c+1]]`` are the pages (ascending positions)
+    holding a token of cell ``c``."""
+    n_pages = len(bounds) - 1
+    page_of = np.repeat(np.arange(n_pages, dtype=np.int64), np.diff(bounds))
+    keys = np.unique(codes.astype(np.int64) * max(n_pages, 1) + page_of)
+    cells = keys // max(n_pages, 1)
+    indptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cells, minlength=k), out=indptr[1:])
+    return indptr, (keys % max(n_pages, 1)).astype(np.int32)
+
+
+def probe(
+    query: np.ndarray, centroids: np.ndarray, nprobe: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query token's ``nprobe`` best cells ``[M, n]``, their scores, and the imputed score
+    of an unprobed cell (the ``(nprobe+1)``-th best; the worst cell when all are probed)."""
+    sims = np.asarray(query, dtype=np.float32) @ centroids.T  # [M, K]
+    k = sims.shape[1]
+    n = min(nprobe, k)
+    if n < k:
+        part = np.argpartition(-sims, n, axis=1)[:, : n + 1]
+    else:
+        part = np.broadcast_to(np.arange(k), sims.shape).copy()
+    part_scores = np.take_along_axis(sims, part, axis=1)
+    order = np.argsort(-part_scores, axis=1, kind="stable")
+    part = np.take_along_axis(part, order, axis=1)
+    part_scores = np.take_along_axis(part_scores, order, axis=1)
+    floor = part_scores[:, n] if n < k else sims.min(axis=1)
+    return part[:, :n], part_scores[:, :n], floor.astype(np.float32)
+
+
+def list_scores(
+    cells: np.ndarray,
+    cell_scores: np.ndarray,
+    floor: np.ndarray,
+    indptr: np.ndarray,
+    pages: np.ndarray,
+    n_pages: int,
+) -> np.ndarray:
+    """Approximate page scores ``[n_pages]`` from the probed cells' page lists."""
+    m = len(cells)
+    total = np.full(n_pages, floor.sum(dtype=np.float64), dtype=np.float32)
+    if n_pages == 0 or m == 0:
+        return total
+    group = max(1, _GROUP_FLOATS // n_pages)
+    for g0 in range(0, m, group):  # groups of query tokens, only to bound memory
+        sel_cells = cells[g0 : g0 + group]
+        gain = (cell_scores[g0 : g0 + group] - floor[g0 : g0 + group, None]).ravel()
+        flat = sel_cells.ravel()
+        starts, ends = indptr[flat], indptr[flat + 1]
+        lengths = ends - starts
+        entry_bounds = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=entry_bounds[1:])
+        rows = np.repeat(starts - entry_bounds[:-1], lengths) + np.arange(entry_bounds[-1])
+        qtok = np.repeat(np.arange(len(flat)) // sel_cells.shape[1], lengths)
+        best = np.zeros(len(sel_cells) * n_pages, dtype=np.float32)
+        np.maximum.at(best, qtok * n_pages + pages[rows], np.repeat(gain, lengths))
+        total += best.reshape(len(sel_cells), n_pages).sum(axis=0)
+    return total
+
+
+def code_scores(
+    cells: np.ndarray,
+    cell_scores: np.ndarray,
+    floor: np.ndarray,
+    codes: np.ndarray,
+    bounds: np.ndarray,
+    k: int,
+) -> np.ndarray:
+    """The same approximate page scores computed straight from the pages' codes (for pages
+    not yet in the lists): a ``[M, K]`` gain table gathered at each token's code."""
+    n_pages = len(bounds) - 1
+    total = np.full(n_pages, floor.sum(dtype=np.float64), dtype=np.float32)
+    if n_pages == 0 or len(cells) == 0:
+        return total
+    gain = np.zeros((len(cells), k), dtype=np.float32)
+    np.put_along_axis(gain, cells, cell_scores - floor[:, None], axis=1)
+    per_token = gain[:, codes.astype(np.int64)]  # [M, T]
+    best = np.maximum.reduceat(per_token, bounds[:-1], axis=1)
+    return total + best.sum(axis=0)
+
+
+def top_pages(scores: np.ndarray, live: np.ndarray | None, depth: int) -> np.ndarray:
+    """Positions of the ``depth`` best-scoring live pages (any order)."""
+    if live is not None:
+        scores = np.where(live, scores, -np.inf)
+        n_live = int(live.sum())
+    else:
+        n_live = len(scores)
+    depth = min(depth, n_live)
+    if depth <= 0:
+        return np.empty(0, dtype=np.int64)
+    if depth < len(scores):
+        return np.argpartition(-scores, depth - 1)[:depth].astype(np.int64)
+    return np.flatnonzero(np.isfinite(scores)).astype(np.int64)
+
+
+# ----------------------------------------------------------------- residual codes
+
+
+@dataclass(frozen=True)
+class ResidualCodec:
+    """Per-dimension quantile buckets of residuals: ``cutoffs[D, 2^b - 1]``, ``weights[D, 2^b]``."""
+
+    nbits: int
+    cutoffs: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def fit(cls, residuals: np.ndarray, nbits: int) -> ResidualCodec:
+        """Buckets of equal mass per dimension, each decoded to the mean residual inside it."""
+        if nbits not in (2, 4):
+            raise ValueError(f"residual codes need 2 or 4 bits, got {nbits}")
+        r = np.asarray(residuals, dtype=np.float32)
+        if r.ndim != 2 or len(r) == 0 or r.shape[1] % (8 // nbits):
+            raise ValueError(
+                f"{nbits}-bit residual codes need [T ≥ 1, D] residuals with D a multiple of "
+                f"{8 // nbits}, got shape {r.shape}"
+            )
+        levels = 1 << nbits
+        qs = np.arange(1, levels) / levels
+        cutoffs = np.quantile(r, qs, axis=0).T.astype(np.float32)  # [D, levels-1]
+        buckets = _bucketise(r, cutoffs)
+        dims = np.broadcast_to(np.arange(r.shape[1]), r.shape)
+        sums = np.zeros((r.shape[1], levels), dtype=np.float64)
+        counts = np.zeros((r.shape[1], levels), dtype=np.float64)
+        np.add.at(sums, (dims.ravel(), buckets.ravel()), r.ravel())
+        np.add.at(counts, (dims.ravel(), buckets.ravel()), 1.0)
+        mids = np.concatenate(
+            [cutoffs[:, :1], (cutoffs[:, 1:] + cutoffs[:, :-1]) / 2, cutoffs[:, -1:]], axis=1
+        )
+        weights = np.where(counts > 0, sums / np.maximum(counts, 1), mids).astype(np.float32)
+        return cls(nbits, cutoffs, weights)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.cutoffs.shape[0] * self.nbits // 8
+
+    def encode(self, tokens: np.ndarray, codes: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """Packed residual buckets ``[T, D·b/8]`` (uint8) of tokens against their centroids."""
+        out = np.empty((len(tokens), self.bytes_per_token), dtype=np.uint8)
+        for start in range(0, len(tokens), _ASSIGN_CHUNK):
+            part = np.asarray(tokens[start : start + _ASSIGN_CHUNK], dtype=np.float32)
+            resid = part - centroids[codes[start : start + len(part)].astype(np.int64)]
+            out[start : start + len(part)] = _pack(_bucketise(resid, self.cutoffs), self.nbits)
+        return out
+
+    def decode(self, packed: np.ndarray, codes: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """Approximate tokens ``[T, D]`` float32: centroid plus each dimension's bucket mean."""
+        buckets = _unpack(np.asarray(packed), self.nbits, self.cutoffs.shape[0])
+        dims = np.arange(self.cutoffs.shape[0])
+        return centroids[codes.astype(np.int64)] + self.weights[dims, buckets]
+
+
+def _bucketise(r: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """Bucket index per value: how many of its dimension's cutoffs it exceeds."""
+    out = np.zeros(r.shape, dtype=np.uint8)
+    for j in range(cutoffs.shape[1]):  # 3 or 15 thresholds: a loop over levels, not tokens
+        out += r > cutoffs[:, j]
+    return out
+
+
+def _pack(buckets: np.ndarray, nbits: int) -> np.ndarray:
+    per = 8 // nbits
+    b = buckets.reshape(len(buckets), -1, per).astype(np.uint8)
+    shifts = (np.arange(per, dtype=np.uint8) * nbits)[None, None, :]
+    return np.bitwise_or.reduce(b << shifts, axis=2).astype(np.uint8)
+
+
+def _unpack(packed: np.ndarray, nbits: int, dim: int) -> np.ndarray:
+    per = 8 // nbits
+    shifts = (np.arange(per, dtype=np.uint8) * nbits)[None, None, :]
+    vals = (packed[:, :, None] >> shifts) & np.uint8((1 << nbits) - 1)
+    return vals.reshape(len(packed), dim)
+
+
+def _gpu_count(faiss) -> int:
+    get = getattr(faiss, "get_num_gpus", None)
+    return int(get()) if get is not None else 0
