@@ -4,10 +4,17 @@ The first pipeline stage. It validates every input up front so that a bad file f
 typed :class:`IngestError` naming the file, the reason and the fix, instead of deep inside a model.
 PDFs are rendered lazily page by page (a 1,000-page PDF never sits in memory), with ``pypdfium2`` by
 default or ``pdf2image`` (poppler) on request; images are opened lazily and converted to RGB.
+
+Hostile input is refused per page with a reason instead of taking the machine down: a page whose
+streams decode to more than a share of the page memory limit (a "decompression bomb") is not
+loaded, pages are rendered no larger than that limit allows, and page shapes no page encoder
+accepts (aspect ratio over 200:1) are refused before they reach one. Folders are walked lazily, so
+a folder of any size is discovered in bounded memory.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import math
@@ -26,6 +33,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vrag_compress.pdf_guard import PageBytes
+
 log = logging.getLogger(__name__)
 
 PDF_SUFFIXES = frozenset({".pdf"})
@@ -36,6 +45,18 @@ DEFAULT_DPI = 150
 # Pillow's own decompression-bomb warning threshold (about 9,459 x 9,459 pixels, ~270 MB as RGB).
 DEFAULT_MAX_PIXELS = 89_478_485
 DOC_ID_LENGTH = 16
+# Memory one page may take while it is decoded and rendered (1 GiB: safe on a 4 GB machine that
+# also holds a model). Override per call with memory_limit=, or with VRAG_PAGE_MEMORY_MB.
+DEFAULT_MEMORY_LIMIT = 1 << 30
+MEMORY_LIMIT_ENV = "VRAG_PAGE_MEMORY_MB"
+# Share of the limit a page's decoded streams may use: PDFium grows its buffers by doubling and
+# keeps the parsed page beside them.
+STREAM_SHARE = 4
+# Bytes one rendered pixel costs downstream: 4 in PDFium's bitmap, 3 in the RGB image, and float
+# copies in the encoder's processor.
+BYTES_PER_RENDERED_PIXEL = 64
+# Qwen2-VL-style processors refuse anything narrower; no page encoder reads such a strip usefully.
+MAX_ASPECT_RATIO = 200
 
 _CHUNK = 1 << 20
 # Readers such as Acrobat accept the PDF header and the %%EOF marker within 1 KiB of the file ends.
@@ -65,7 +86,7 @@ class IngestError(Exception):
         self.path = Path(path)
         self.reason = reason
         self.fix = fix or type(self).fix
-        super().__init__(f"{self.path}: {reason} ({self.fix})")
+        super().__init__(f"{display_path(self.path)}: {reason} ({self.fix})")
 
     def __reduce__(self):  # keep the error picklable across processes despite the custom __init__
         return (type(self), (self.path, self.reason, self.fix))
@@ -97,6 +118,17 @@ class ImageTooLargeError(IngestError):
 
 class UnreadablePathError(IngestError):
     fix = "check that the path exists, is a file and is readable by this user"
+
+
+class PageMemoryError(IngestError):
+    fix = (
+        f"a decompression bomb? raise the page memory limit (memory_limit=, or {MEMORY_LIMIT_ENV})"
+        " only if you trust the file"
+    )
+
+
+class PageShapeError(IngestError):
+    fix = f"crop or split the page: page encoders accept aspect ratios up to {MAX_ASPECT_RATIO}:1"
 
 
 class RendererUnavailableError(IngestError):
@@ -212,16 +244,20 @@ class PdfDocument(Document):
         max_pixels: int,
         password: str | None,
         text: bool,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
         super().__init__(source, doc_id, content_hash, len(pdf))
         self._pdf = pdf
         self.dpi = dpi
         self.renderer = renderer
         self.max_pixels = max_pixels
+        self.memory_limit = memory_limit
         self._password = password
         self._text = text
+        self._page_bytes: PageBytes | None = None
 
     def _render(self, page_no: int) -> Page:
+        self._check_page(page_no)
         try:
             page = self._pdf[page_no - 1]
         except pdfium.PdfiumError as exc:
@@ -241,16 +277,41 @@ class PdfDocument(Document):
             page.close()
         return Page(self.doc_id, page_no, image, text, self.source, dpi=scale * 72)
 
+    def _check_page(self, page_no: int) -> None:
+        """Refuse, before PDFium loads the page, a shape no encoder takes or a decompression
+        bomb."""
+        try:
+            width, height = self._pdf.get_page_size(page_no - 1)
+        except pdfium.PdfiumError as exc:
+            raise CorruptPDFError(self.source, f"page {page_no} cannot be loaded ({exc})") from exc
+        _check_aspect(self.source, page_no, width, height, "pt")
+        if self._page_bytes is None:
+            self._page_bytes = PageBytes(self.source, self._password)
+        budget = self.memory_limit // STREAM_SHARE
+        decoded = self._page_bytes.decoded_bytes(page_no, budget)
+        if decoded is not None and decoded > budget:
+            reason = (
+                f"page {page_no} decompresses to more than {_mib(budget)}"
+                f" (1/{STREAM_SHARE} of the {_mib(self.memory_limit)} page memory limit)"
+            )
+            raise PageMemoryError(self.source, reason)
+
     def _scale(self, page_no: int, width: float, height: float) -> float:
-        scale = fit_scale(width, height, self.dpi / 72, self.max_pixels)
+        cap = render_pixel_cap(self.max_pixels, self.memory_limit)
+        scale = fit_scale(width, height, self.dpi / 72, cap)
         if scale < self.dpi / 72:
+            limit = (
+                f"max_pixels={cap}"
+                if cap == self.max_pixels
+                else f"{cap:,} pixels (the {_mib(self.memory_limit)} page memory limit)"
+            )
             log.warning(
-                "%s: page %d (%.0fx%.0f pt) exceeds max_pixels=%d at %g dpi; rendering at %.1f dpi",
-                self.source,
+                "%s: page %d (%.0fx%.0f pt) exceeds %s at %g dpi; rendering at %.1f dpi",
+                display_path(self.source),
                 page_no,
                 width,
                 height,
-                self.max_pixels,
+                limit,
                 self.dpi,
                 scale * 72,
             )
@@ -272,20 +333,28 @@ class ImageDocument(Document):
     kind = "image"
 
     def __init__(
-        self, source: Path, doc_id: str, content_hash: str, image: Image.Image, max_pixels: int
+        self,
+        source: Path,
+        doc_id: str,
+        content_hash: str,
+        image: Image.Image,
+        max_pixels: int,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
         n_frames = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
         super().__init__(source, doc_id, content_hash, n_frames)
         self._image = image
         self.max_pixels = max_pixels
+        self.memory_limit = memory_limit
 
     def _render(self, page_no: int) -> Page:
         try:
             with _pillow_guard(self.source):
                 self._image.seek(page_no - 1)
                 _check_pixels(self.source, self._image.size, self.max_pixels, page_no)
+                _check_aspect(self.source, page_no, *self._image.size, "px")
                 self._image.load()
-                image = to_rgb(self._image)
+                image = _fit(to_rgb(self._image), render_pixel_cap(None, self.memory_limit))
         except (OSError, SyntaxError, ValueError, EOFError) as exc:
             raise CorruptImageError(
                 self.source, f"frame {page_no} cannot be decoded ({exc})"
@@ -320,23 +389,65 @@ def find_documents(
     Explicit paths that are missing, unreadable or unsupported come back as errors; inside folders,
     unsupported and hidden files are skipped silently (a folder of mixed files is normal).
     """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
     found: list[Path] = []
     errors: list[IngestError] = []
+    for item in iter_documents(paths, recursive=recursive):
+        (errors if isinstance(item, IngestError) else found).append(item)
+    return found, errors
+
+
+def iter_documents(
+    paths: Iterable[str | Path] | str | Path, *, recursive: bool = True
+) -> Iterator[Path | IngestError]:
+    """:func:`find_documents` as a stream: each supported file, or the error of a path that cannot
+    be used, as soon as the walk reaches it. Memory stays flat whatever the folder size (a file seen
+    twice, through two arguments or links, is yielded once)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    seen: set[tuple[int, int]] = set()
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            found.extend(_walk(path, recursive, errors))
-            continue
-        try:
-            _check_file(path)
-            _check_suffix(path)
-        except IngestError as exc:
-            errors.append(exc)
-            continue
-        found.append(path)
-    return _unique(found), errors
+            candidates: Iterable[Path | IngestError] = _walk(path, recursive)
+        else:
+            candidates = [_checked(path)]
+        for item in candidates:
+            if isinstance(item, IngestError):
+                yield item
+                continue
+            key = _identity(item)
+            if isinstance(key, IngestError):
+                yield key
+            elif key not in seen:
+                seen.add(key)
+                yield item
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` as text that is safe to print, log and store in a database: bytes of a file name
+    that are not valid UTF-8 (an old Latin-1 name, say) appear as ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def default_memory_limit() -> int:
+    """The page memory limit in bytes: ``VRAG_PAGE_MEMORY_MB`` when set, else 1 GiB."""
+    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not value:
+        return DEFAULT_MEMORY_LIMIT
+    try:
+        megabytes = float(value)
+    except ValueError:
+        raise ValueError(f"{MEMORY_LIMIT_ENV}={value!r} is not a number of megabytes") from None
+    if not megabytes > 0:
+        raise ValueError(f"{MEMORY_LIMIT_ENV}={value!r} must be a positive number of megabytes")
+    return int(megabytes * 2**20)
+
+
+def render_pixel_cap(max_pixels: int | None, memory_limit: int) -> int:
+    """The most pixels a page may be rendered with: ``max_pixels``, and no more than the page
+    memory limit allows at :data:`BYTES_PER_RENDERED_PIXEL`."""
+    cap = max(1, memory_limit // BYTES_PER_RENDERED_PIXEL)
+    return cap if max_pixels is None else min(max_pixels, cap)
 
 
 def open_document(
@@ -348,13 +459,19 @@ def open_document(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     password: str | None = None,
     text: bool = True,
+    memory_limit: int | None = None,
 ) -> Document:
     """Open and validate one PDF or image; raises an :class:`IngestError` subclass on bad input.
 
     ``doc_id`` defaults to the first 16 hex digits of the content hash, so the same bytes get the
-    same id anywhere. ``text=False`` skips the PDF text layer.
+    same id anywhere. ``text=False`` skips the PDF text layer. ``memory_limit`` (bytes; default
+    :func:`default_memory_limit`) bounds what one page may take: pages whose streams decode to more
+    than a quarter of it are refused, larger pages are rendered at a lower DPI.
     """
     _check_options(dpi, renderer, max_pixels, doc_id)
+    memory_limit = default_memory_limit() if memory_limit is None else memory_limit
+    if memory_limit < 1:
+        raise ValueError(f"memory_limit must be positive, got {memory_limit!r}")
     path = Path(path).expanduser()
     _check_file(path)
     _check_suffix(path)
@@ -374,8 +491,10 @@ def open_document(
             max_pixels=max_pixels,
             password=password,
             text=text,
+            memory_limit=memory_limit,
         )
-    return ImageDocument(path, doc_id, digest, _open_image(path, max_pixels), max_pixels)
+    image = _open_image(path, max_pixels)
+    return ImageDocument(path, doc_id, digest, image, max_pixels, memory_limit)
 
 
 def iter_pages(
@@ -388,6 +507,7 @@ def iter_pages(
     text: bool = True,
     recursive: bool = True,
     errors: list[IngestError] | None = None,
+    memory_limit: int | None = None,
 ) -> Iterator[Page]:
     """Stream every page of every file under ``paths``; a bad file is reported and skipped.
 
@@ -395,10 +515,10 @@ def iter_pages(
     way keeps the pages already yielded. Option errors (bad dpi, unknown renderer) still raise.
     """
     _check_options(dpi, renderer, max_pixels, None)
-    files, found_errors = find_documents(paths, recursive=recursive)
-    for error in found_errors:
-        _report(error, errors)
-    for path in files:
+    for path in iter_documents(paths, recursive=recursive):
+        if isinstance(path, IngestError):
+            _report(path, errors)
+            continue
         try:
             with open_document(
                 path,
@@ -407,8 +527,15 @@ def iter_pages(
                 max_pixels=max_pixels,
                 password=password,
                 text=text,
+                memory_limit=memory_limit,
             ) as doc:
-                yield from doc.iter_pages()
+                for page_no in range(1, doc.n_pages + 1):
+                    try:
+                        page = doc.page(page_no)
+                    except (PageMemoryError, PageShapeError) as error:
+                        _report(error, errors)  # one refused page; the document's others go on
+                        continue
+                    yield page
         except IngestError as error:
             _report(error, errors)
 
@@ -452,6 +579,8 @@ def _check_options(dpi: float, renderer: str, max_pixels: int, doc_id: str | Non
 def _check_file(path: Path) -> None:
     """Raise UnreadablePathError unless ``path`` is a regular file this process can open."""
     if not path.exists():
+        if path.is_symlink():
+            raise UnreadablePathError(path, _link_problem(path, _stat_error(path)))
         raise UnreadablePathError(path, "does not exist")
     if path.is_dir():
         fix = "pass folders to find_documents or iter_pages"
@@ -472,32 +601,59 @@ def _check_suffix(path: Path) -> None:
         raise UnsupportedFileError(path, f"unsupported file type {suffix!r}{what}")
 
 
-def _walk(folder: Path, recursive: bool, errors: list[IngestError]) -> list[Path]:
-    """Supported, non-hidden files under ``folder``, sorted; unreadable subfolders are errors."""
+def _checked(path: Path) -> Path | IngestError:
+    try:
+        _check_file(path)
+        _check_suffix(path)
+    except IngestError as exc:
+        return exc
+    return path
+
+
+def _walk(folder: Path, recursive: bool) -> Iterator[Path | IngestError]:
+    """Supported, non-hidden files under ``folder``, each folder's sorted, as the walk reaches
+    them; unreadable subfolders are errors. Symlinked folders are not followed (no loops)."""
+    errors: list[IngestError] = []
 
     def on_error(exc: OSError) -> None:
         reason = f"folder cannot be listed ({exc.strerror})"
         errors.append(UnreadablePathError(exc.filename or folder, reason))
 
-    found: list[Path] = []
     for root, dirs, files in os.walk(folder, onerror=on_error):
+        yield from errors
+        errors.clear()
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in sorted(files):
             path = Path(root) / name
             if not name.startswith(".") and path.suffix.lower() in SUPPORTED_SUFFIXES:
-                found.append(path)
-    return found
+                yield path
+    yield from errors
 
 
-def _unique(paths: list[Path]) -> list[Path]:
-    seen: set[Path] = set()
-    unique = []
-    for path in paths:
-        key = path.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(path)
-    return unique
+def _identity(path: Path) -> tuple[int, int] | IngestError:
+    """The file's (device, inode), so one file reached twice is indexed once; a symlink loop or a
+    dangling link is an error here rather than a crash later."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return UnreadablePathError(path, _link_problem(path, exc))
+    return (stat.st_dev, stat.st_ino)
+
+
+def _link_problem(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symlink loop"
+    if path.is_symlink():
+        return f"is a symlink to a missing file ({os.readlink(path)!r})"
+    return f"cannot be read ({exc.strerror or exc})"
+
+
+def _stat_error(path: Path) -> OSError:
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc
+    return OSError(errno.ENOENT, "does not exist")
 
 
 def _read_head(path: Path, size: int = _MARKER_WINDOW) -> bytes:
@@ -654,6 +810,30 @@ def _check_pixels(path: Path, size: tuple[int, int], max_pixels: int, page_no: i
         where = f"frame {page_no} is" if page_no > 1 else "the image is"
         count = f"{width}x{height} = {width * height:,} pixels"
         raise ImageTooLargeError(path, f"{where} {count}, over max_pixels={max_pixels:,}")
+
+
+def _check_aspect(path: Path, page_no: int, width: float, height: float, unit: str) -> None:
+    ratio = max(width, height) / max(min(width, height), 1e-9)
+    if ratio > MAX_ASPECT_RATIO:
+        reason = (
+            f"page {page_no} is {width:g}x{height:g} {unit}, an aspect ratio of {ratio:,.0f}:1"
+            f" (over {MAX_ASPECT_RATIO}:1)"
+        )
+        raise PageShapeError(path, reason)
+
+
+def _fit(image: Image.Image, max_pixels: int) -> Image.Image:
+    """``image`` scaled down (aspect kept) to at most ``max_pixels``."""
+    if image.width * image.height <= max_pixels:
+        return image
+    scale = fit_scale(image.width, image.height, 1.0, max_pixels)
+    size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
+    log.warning("image %dx%d scaled to %dx%d to fit the page memory limit", *image.size, *size)
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
 
 
 def _to_8bit(image: Image.Image) -> Image.Image:
