@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from vrag_compress.paths import data_dir  # noqa: E402
+from vrag_compress.bench.paths import data_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")

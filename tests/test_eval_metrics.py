@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vrag_compress.eval.metrics import evaluate, top_k_run
-from vrag_compress.eval.runner import score_all
+from vrag_compress.bench.eval.metrics import evaluate, top_k_run
+from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.scoring import maxsim
 
 QRELS = {"q1": {"d1": 3, "d2": 1, "d5": 0}, "q2": {"d3": 2}}

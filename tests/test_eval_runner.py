@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import vrag_compress.cli.bench_retention  # noqa: F401  (registers the command)
-from vrag_compress.cli.app import app
-from vrag_compress.eval.datasets import load_beir
-from vrag_compress.eval.runner import (
+import vrag_compress.cli  # noqa: F401  (registers the commands)
+from vrag_compress.bench.eval.datasets import load_beir
+from vrag_compress.bench.eval.runner import (
     BenchmarkError,
     MethodSpec,
     encode_corpus,
     load_benchmark_encoder,
     run_retention,
 )
+from vrag_compress.cli.app import app
 
 ROW_KEYS = {
     "method": str,

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-import vrag_compress.cli.bench_ingest  # noqa: F401  (registers the command)
+import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.cli.app import app
 
 

@@ -16,6 +16,7 @@ import pytest
 from qdrant_client.http.exceptions import ResponseHandlingException  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from vrag_compress.bench.synthetic import clustered_pages, queries_for  # noqa: E402
 from vrag_compress.store import (  # noqa: E402
     DocumentRecord,
     FilterError,
@@ -36,7 +37,6 @@ from vrag_compress.store.qdrant import (  # noqa: E402
     parse_qdrant_url,
     with_retries,
 )
-from vrag_compress.store.synthetic import clustered_pages, queries_for  # noqa: E402
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "tiny/col"}

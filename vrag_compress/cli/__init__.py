@@ -1,17 +1,18 @@
-"""The `vrag` command. Each sibling module registers its commands on `app` / `bench_app`.
+"""The `vrag` command. Each sibling module registers its commands on `app`; the benchmark
+modules in `vrag_compress.bench` register theirs on `bench_app` (`vrag bench ...`).
 
 Heavy imports (torch, transformers, faiss) happen inside the command functions.
 """
 
 from __future__ import annotations
 
+import vrag_compress.bench.capture  # noqa: F401  (importing registers the commands)
+import vrag_compress.bench.compress  # noqa: F401
+import vrag_compress.bench.ingest  # noqa: F401
+import vrag_compress.bench.ocr  # noqa: F401
+import vrag_compress.bench.retention  # noqa: F401
+import vrag_compress.bench.store  # noqa: F401
 from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
-    bench_capture,
-    bench_compress,
-    bench_ingest,
-    bench_ocr,
-    bench_retention,
-    bench_store,
     calibrate,
     index,
     migrate,

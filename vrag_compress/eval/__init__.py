@@ -1,6 +1,12 @@
-"""Retrieval evaluation: BEIR datasets, metrics through ranx, and the retention benchmark."""
+"""Kept for old imports: retrieval evaluation now lives in :mod:`vrag_compress.bench.eval`."""
 
-from vrag_compress.eval.datasets import BeirDataset, DatasetError, load_beir, load_dataset
-from vrag_compress.eval.metrics import METRICS, evaluate
+from vrag_compress.bench.eval import (
+    METRICS,
+    BeirDataset,
+    DatasetError,
+    evaluate,
+    load_beir,
+    load_dataset,
+)
 
 __all__ = ["METRICS", "BeirDataset", "DatasetError", "evaluate", "load_beir", "load_dataset"]

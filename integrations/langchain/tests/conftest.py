@@ -21,9 +21,9 @@ from PIL import Image, ImageDraw
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from vrag_compress import VisualIndex, get_compressor  # noqa: E402
+from vrag_compress.bench.paths import data_dir  # noqa: E402
 from vrag_compress.encoders.base import PageEncoding  # noqa: E402
 from vrag_compress.ingest import Page  # noqa: E402
-from vrag_compress.paths import data_dir  # noqa: E402
 
 DIM = 32
 CORPUS = Path("/corpus")  # absolute, so the index stores the sources unchanged

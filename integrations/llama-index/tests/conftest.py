@@ -19,9 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("OPENAI_API_KEY", None)
 
 from llama_index.core import Settings  # noqa: E402
+from vrag_compress.bench.paths import data_dir  # noqa: E402
 from vrag_compress.encoders.base import PageEncoding  # noqa: E402
 from vrag_compress.ingest import Page  # noqa: E402
-from vrag_compress.paths import data_dir  # noqa: E402
 
 DIM = 32
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from vrag_compress.cli.app import app, bench_app  # noqa: F401
+from vrag_compress.bench.app import bench_app
 
 out = Console()
 err = Console(stderr=True)

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from vrag_compress.cli.app import app, bench_app  # noqa: F401
+from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.store_timing import add_all, progress, timed_search
 
 out = Console()
 err = Console(stderr=True)
@@ -83,7 +83,7 @@ def bench_store(
         raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
     k_tokens = budget(tokens_full, ratio)
     if backend == "qdrant-local":
-        from vrag_compress.cli.bench_store_qdrant import run_qdrant_bench
+        from vrag_compress.bench.store_qdrant import run_qdrant_bench
 
         with threadpool_limits(limits=threads):
             data = _generate(
@@ -171,16 +171,6 @@ def _set_threads(threads: int) -> None:
     faiss.omp_set_num_threads(threads)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
-
-
 def _generate(
     pages: int,
     tokens_full: int,
@@ -195,7 +185,7 @@ def _generate(
     """Compressed pages (random kept subsets of clustered full pages) and queries aimed at pages.
 
     Without full pages the compressed ones are drawn directly (the same distribution)."""
-    from vrag_compress.store.synthetic import clustered_pages, queries_for, topic_centres
+    from vrag_compress.bench.synthetic import clustered_pages, queries_for, topic_centres
 
     rng = np.random.default_rng(seed)
     centres = topic_centres(256, dim, seed)
@@ -203,7 +193,7 @@ def _generate(
     compressed = np.empty((pages, k, dim), dtype=np.float16)
     full = np.empty((pages, tokens_full, dim), dtype=np.float16) if keep_full else None
     qs: list[np.ndarray] = []
-    with _progress() as bar:
+    with progress() as bar:
         task = bar.add_task("generating pages", total=pages)
         for start in range(0, pages, batch):
             n = min(batch, pages - start)
@@ -253,11 +243,11 @@ def _run(
     size_full = full_bytes / 2**20
     if full_store:
         with LocalStore.create(root / "full", config) as store:
-            _add_all(store, data["full"], batch, "writing full store")
+            add_all(store, data["full"], batch, "writing full store")
         size_full = _dir_mb(root / "full")
         shutil.rmtree(root / "full")
     with LocalStore.create(root / "compressed", config, **options) as store:
-        add_s = _add_all(store, data["compressed"], batch, "writing compressed store")
+        add_s = add_all(store, data["compressed"], batch, "writing compressed store")
     size_compressed = _dir_mb(root / "compressed")
     qs = data["queries"]
     blas_ms, blas_extrapolated = _blas_floor(data.pop("compressed"), qs[: min(len(qs), 50)])
@@ -270,8 +260,8 @@ def _run(
         t0 = time.perf_counter()
         store.build_token_index()
         index_s = time.perf_counter() - t0
-        exact, exact_ms = _timed(store, qs[:n_exact], "exact", "exact search (b)")
-        two, two_ms = _timed(store, qs, "two_stage", "two-stage search (c)")
+        exact, exact_ms = timed_search(store, qs[:n_exact], "exact", "exact search (b)")
+        two, two_ms = timed_search(store, qs, "two_stage", "two-stage search (c)")
     recall = float(
         np.mean(
             [
@@ -310,40 +300,6 @@ def _run(
     }
 
 
-def _add_all(store: Any, pages: np.ndarray, batch: int, label: str) -> float:
-    """Add all pages in batches; returns the seconds spent inside add()."""
-    from vrag_compress.store import PageRecord
-
-    spent = 0.0
-    with _progress() as bar:
-        task = bar.add_task(label, total=len(pages))
-        for start in range(0, len(pages), batch):
-            records = [
-                PageRecord(
-                    f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, pages[i], {"n": i % 7}
-                )
-                for i in range(start, min(start + batch, len(pages)))
-            ]
-            t0 = time.perf_counter()
-            store.add(records)
-            spent += time.perf_counter() - t0
-            bar.advance(task, len(records))
-    return spent
-
-
-def _timed(store: Any, qs: list[np.ndarray], mode: str, label: str) -> tuple[list, float]:
-    ids, times = [], []
-    with _progress() as bar:
-        task = bar.add_task(label, total=len(qs))
-        for q in qs:
-            t0 = time.perf_counter()
-            hits = store.search(q, k=10, mode=mode)
-            times.append(time.perf_counter() - t0)
-            ids.append([h.page_id for h in hits])
-            bar.advance(task)
-    return ids, float(np.median(times) * 1000)
-
-
 def _blas_floor(compressed: np.ndarray, qs: list[np.ndarray]) -> tuple[float, bool]:
     """Median time of one ``q @ T.T`` over the compressed token matrix in fp32.
 
@@ -371,7 +327,7 @@ def _bruteforce(full: np.ndarray, qs: list[np.ndarray], threads: int) -> float:
     torch.set_num_threads(threads)
     ps = [torch.from_numpy(page.astype(np.float32)) for page in full]
     times = []
-    with _progress() as bar:
+    with progress() as bar:
         task = bar.add_task("brute force (a)", total=len(qs))
         for q in qs:
             t0 = time.perf_counter()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from vrag_compress.cli.app import bench_app
-from vrag_compress.paths import data_dir
+from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.paths import require_data_dir
 
 
 @bench_app.command("ingest")
@@ -20,6 +20,9 @@ def bench_ingest(
     renderer: list[str] = typer.Option(["pypdfium2", "pdf2image"], help="Renderers to time."),
     long_pages: int = typer.Option(1000, help="Pages of the generated long PDF (0 skips it)."),
     json_out: Path = typer.Option(None, "--json", help="Write the results here as JSON."),
+    data: Path | None = typer.Option(
+        None, "--data", help="Shared data folder (default: $VRAG_DATA_DIR or ../shared/data)."
+    ),
 ) -> None:
     """Pages per second for each renderer, and resident memory while streaming a long PDF."""
     from rich.console import Console
@@ -27,13 +30,13 @@ def bench_ingest(
 
     from vrag_compress.ingest import find_documents
 
-    files, errors = find_documents(paths or [data_dir() / "pdfs"])
+    files, errors = find_documents(paths or [require_data_dir(data) / "pdfs"])
     results: dict = {"dpi": dpi, "files": len(files), "renderers": {}, "errors": []}
     for name in renderer:
         results["renderers"][name] = _time_renderer(files, dpi, name, results["errors"])
     results["errors"] = sorted(set(results["errors"]))
     if long_pages > 0:
-        results["streaming"] = _stream_long_pdf(long_pages, dpi)
+        results["streaming"] = _stream_long_pdf(long_pages, dpi, require_data_dir(data))
 
     table = Table(title=f"ingest at {dpi:g} dpi, {len(files)} files")
     for column in ("renderer", "pages", "seconds", "pages/s"):
@@ -76,7 +79,7 @@ def _time_renderer(files: list[Path], dpi: float, renderer: str, errors: list[st
     return {"pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0}
 
 
-def _stream_long_pdf(n_pages: int, dpi: float) -> dict:
+def _stream_long_pdf(n_pages: int, dpi: float, data: Path) -> dict:
     """Build an ``n_pages`` PDF from a real 15-page report and sample RSS after every page."""
     import pypdfium2 as pdfium
 
@@ -90,7 +93,7 @@ def _stream_long_pdf(n_pages: int, dpi: float) -> dict:
 
     from vrag_compress.ingest import open_document
 
-    source = pdfium.PdfDocument(data_dir() / "pdfs" / "gov" / "federal-register-2020-17221.pdf")
+    source = pdfium.PdfDocument(data / "pdfs" / "gov" / "federal-register-2020-17221.pdf")
     long_pdf = pdfium.PdfDocument.new()
     while len(long_pdf) < n_pages:
         count = min(len(source), n_pages - len(long_pdf))

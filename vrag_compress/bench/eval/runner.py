@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from vrag_compress.bench.eval.datasets import BeirDataset, DatasetError, split_queries
+from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
 from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.eval.datasets import BeirDataset, DatasetError, split_queries
-from vrag_compress.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
 
 CACHE_FORMAT = 1
 RUN_DEPTH = 100

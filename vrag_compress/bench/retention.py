@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from vrag_compress.cli.app import bench_app
+from vrag_compress.bench.app import bench_app
 
 
 def _split_list(text: str) -> list[str]:
@@ -114,10 +114,10 @@ def retention(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vrag_compress.eval.analysis import kept_token_report
-    from vrag_compress.eval.datasets import load_dataset
-    from vrag_compress.eval.plot import plot_retention, plot_sr_curve
-    from vrag_compress.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress.bench.eval.analysis import kept_token_report
+    from vrag_compress.bench.eval.datasets import load_dataset
+    from vrag_compress.bench.eval.plot import plot_retention, plot_sr_curve
+    from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
 
     torch.set_num_threads(threads)
     console = Console()

@@ -11,8 +11,8 @@ from typing import Any
 
 import typer
 
-from vrag_compress.cli.app import bench_app
-from vrag_compress.paths import data_dir
+from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.paths import require_data_dir
 
 DEFAULT_FILES = (
     "pdfs/edge/ocr_test.pdf",  # a real scan without a text layer
@@ -33,6 +33,9 @@ def bench_ocr(
     ocr: str = typer.Option("always", help="OCR mode: always times every page; auto only scans."),
     threads: int = typer.Option(2, help="CPU threads for onnxruntime and torch."),
     json_out: Path = typer.Option(None, "--json", help="Write the results here as JSON."),
+    data: Path | None = typer.Option(
+        None, "--data", help="Shared data folder (default: $VRAG_DATA_DIR or ../shared/data)."
+    ),
 ) -> None:
     """Index the pages with OCR and report OCR time per page and its share of indexing time."""
     import torch
@@ -41,7 +44,7 @@ def bench_ocr(
     from vrag_compress.ocr import OcrUnavailableError, PageOcr
 
     torch.set_num_threads(threads)
-    files = paths or [data_dir() / f for f in DEFAULT_FILES]
+    files = paths or [require_data_dir(data) / f for f in DEFAULT_FILES]
     page_ocr = PageOcr(ocr, threads=threads)
     started = time.perf_counter()
     try:

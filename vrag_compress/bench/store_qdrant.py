@@ -20,6 +20,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from vrag_compress.bench.store_timing import add_all, timed_search
+
 out = Console()
 err = Console(stderr=True)
 
@@ -34,7 +36,6 @@ def run_qdrant_bench(
     json_out: Path | None,
     config: dict[str, Any],
 ) -> dict[str, Any]:
-    from vrag_compress.cli.bench_store import _add_all, _timed
     from vrag_compress.store import LocalStore
     from vrag_compress.store.qdrant import CANDIDATES, QdrantStore
 
@@ -47,8 +48,8 @@ def run_qdrant_bench(
     rows: dict[str, dict[str, Any]] = {}
     try:
         with LocalStore.create(root / "embedded", store_config) as local:
-            _add_all(local, data["compressed"], batch, "writing embedded store")
-            truth, exact_ms = _timed(local, qs, "exact", "embedded exact")
+            add_all(local, data["compressed"], batch, "writing embedded store")
+            truth, exact_ms = timed_search(local, qs, "exact", "embedded exact")
         rows["embedded exact"] = {"recall@10": 1.0, "latency_ms": round(exact_ms, 3)}
         for i, variant in enumerate(variants):
             url = f"qdrant+local://{root / 'qdrant'}?collection={variant}"
@@ -56,16 +57,16 @@ def run_qdrant_bench(
                 url, store_config, candidate=variant, candidates=prefetch
             ) as store:
                 t0 = time.perf_counter()
-                add_s = _add_all(store, data["compressed"], batch, f"writing qdrant ({variant})")
+                add_s = add_all(store, data["compressed"], batch, f"writing qdrant ({variant})")
                 wall = time.perf_counter() - t0
-                got, ms = _timed(store, qs, "two_stage", f"qdrant prefetch {variant}")
+                got, ms = timed_search(store, qs, "two_stage", f"qdrant prefetch {variant}")
                 rows[f"qdrant prefetch={variant}"] = {
                     "recall@10": _recall(truth, got),
                     "latency_ms": round(ms, 3),
                     "add_pages_per_s": round(len(data["compressed"]) / max(add_s, wall), 1),
                 }
                 if i == 0:
-                    got, ms = _timed(store, qs, "exact", "qdrant exact scan")
+                    got, ms = timed_search(store, qs, "exact", "qdrant exact scan")
                     rows["qdrant exact scan"] = {
                         "recall@10": _recall(truth, got),
                         "latency_ms": round(ms, 3),

@@ -1,0 +1,41 @@
+"""Where the shared real data lives (tests, benchmarks and demos read it, never copy it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATA_ENV = "VRAG_DATA_DIR"
+
+
+def data_dir(explicit: Path | str | None = None) -> Path:
+    """The shared data folder: ``explicit`` (a ``--data`` option), else ``$VRAG_DATA_DIR``, else
+    the first ``shared/data`` found from the current directory upwards (so ``../shared/data``
+    from a checkout beside ``shared/``), else ``../shared/data`` relative to the current directory.
+
+    The installed package's location is never used: data belongs to the checkout, not the library.
+    """
+    if explicit is not None:
+        return Path(explicit)
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env)
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        candidate = folder / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return cwd.parent / "shared" / "data"
+
+
+def require_data_dir(explicit: Path | str | None = None) -> Path:
+    """:func:`data_dir`, checked: a missing folder is a usage error that says how to point at it."""
+    import typer
+
+    folder = data_dir(explicit)
+    if not folder.is_dir():
+        raise typer.BadParameter(
+            f"shared data folder {folder} does not exist; pass --data DIR or set {DATA_ENV}",
+            param_hint="--data",
+        )
+    return folder
