@@ -161,6 +161,8 @@ def test_builtin_profile_lookup_by_model_id():
     assert builtin_profile("jinaai/jina-embeddings-v4").window == tuple(range(26, 34))
     assert builtin_profile("vidore/colqwen2.5-v0.2") is None
     assert builtin_profile("tiny-colsmol") is None
+    for name in NEW_FAMILIES:  # no paper window: the fallback applies until calibrated
+        assert builtin_profile(name) is None, name
 
 
 def test_plot_sr_curve_writes_a_png(tmp_path):
@@ -232,6 +234,51 @@ def test_vrag_calibrate_end_to_end(tmp_path, shared_data):
     assert json.loads(summary.read_text())["window"] == list(profile.window)
     sap = get_compressor("sap", profile=out)
     assert sap.n_layers == profile.n_layers
+
+
+NEW_FAMILIES = [
+    "tiny-colqwen2_5",
+    "tiny-colsmol",
+    "tiny-colqwen3",
+    "tiny-colqwen3_5",
+    "tiny-colgemma3",
+    "tiny-colmodernvbert",
+]
+
+
+@pytest.mark.parametrize("model", NEW_FAMILIES)
+def test_new_families_sap_fallback_then_calibrated_window(tmp_path, shared_data, model):
+    """Before calibration SAP warns and uses the fallback window; `vrag calibrate` then
+    writes a profile whose window SAP uses silently on the same model's pages."""
+    import warnings
+
+    from vrag_compress.cli import app
+    from vrag_compress.compress.base import budget
+    from vrag_compress.compress.profiles import fallback_window
+    from vrag_compress.encoders import load_encoder
+
+    encoder = load_encoder(model, device="cpu")
+    image = shared_data / "vidore_arxivqa_sample" / "images" / "0.png"
+    from PIL import Image
+
+    with Image.open(image) as img:
+        page = encoder.encode_pages([img.convert("RGB")], with_stats=True)[0]
+    with pytest.warns(UserWarning, match="uncalibrated fallback"):
+        compressed = get_compressor("sap", ratio=0.5).compress(page)
+    assert compressed.vectors.shape[0] == budget(page.n_tokens, 0.5)
+    assert fallback_window(encoder.n_layers)[-1] < encoder.n_layers
+
+    out = tmp_path / "profile.json"
+    args = ["calibrate", str(shared_data / "vidore_arxivqa_sample"), "--model", model]
+    result = CliRunner().invoke(app, [*args, "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    profile = CalibrationProfile.load(out)
+    assert profile.model_id == model and profile.n_layers == encoder.n_layers
+    assert len(profile.sr_curve) == profile.n_layers and profile.n_pairs == 2
+    sap = get_compressor("sap", profile=out, ratio=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sap.compress(page).vectors.shape[0] == compressed.vectors.shape[0]
 
 
 def test_vrag_calibrate_reports_bad_input(tmp_path):

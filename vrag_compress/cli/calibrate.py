@@ -43,6 +43,7 @@ def calibrate(
         plot_sr_curve,
         select_window,
     )
+    from vrag_compress.encoders.errors import StatsUnavailableError
 
     try:
         select_window([1.0], rho)  # validate rho before loading a model
@@ -50,7 +51,7 @@ def calibrate(
         encoder = _load_encoder(model, device, batch_size)
         pages, queries = _encode_pairs(encoder, chosen, batch_size)
         profile = build_profile(pages, queries, encoder.model_id, ratio=ratio, rho=rho)
-    except CalibrationError as exc:
+    except (CalibrationError, StatsUnavailableError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1) from exc
     profile.save(out_path)

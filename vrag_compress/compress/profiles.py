@@ -122,7 +122,7 @@ BUILTIN_PROFILES: dict[str, CalibrationProfile] = {
 }
 _PATTERNS = [
     ("jina-v4", re.compile(r"jina[-_]?embeddings[-_]?v4|jina[-_]?v4", re.I)),
-    ("colqwen2", re.compile(r"colqwen2(?![.\d])", re.I)),
+    ("colqwen2", re.compile(r"colqwen2(?![._]?\d)", re.I)),  # not colqwen2.5 / colqwen2_5
     ("colpali", re.compile(r"colpali", re.I)),
 ]
 

@@ -14,6 +14,7 @@ from vrag_compress.encoders.errors import (
     EncoderInputError,
     EncoderLoadError,
     ModelNotFoundError,
+    StatsUnavailableError,
     UnsupportedModelError,
 )
 from vrag_compress.encoders.tiny import TINY_MODELS
@@ -34,6 +35,7 @@ __all__ = [
     "EncodingError",
     "ModelNotFoundError",
     "PageEncoding",
+    "StatsUnavailableError",
     "UnsupportedModelError",
     *_LAZY,
 ]

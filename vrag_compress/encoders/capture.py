@@ -192,13 +192,31 @@ AttentionInterface.register(STREAMING_ATTENTION, streaming_attention_forward)
 AttentionMaskInterface.register(STREAMING_ATTENTION, padding_safe_sdpa_mask)
 
 
+def text_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The language model (decoder, or ModernVBERT's bidirectional encoder) holding ``layers``."""
+    candidates = [model.get_decoder() if hasattr(model, "get_decoder") else None]
+    inner = getattr(model, "model", None)
+    candidates += [getattr(model, "language_model", None), getattr(inner, "text_model", None)]
+    for candidate in candidates:
+        if candidate is not None and hasattr(candidate, "layers"):
+            return candidate
+    raise CaptureError(f"cannot find the language model layers of {type(model).__name__}")
+
+
 def decoder_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The self-attention module of every LLM decoder layer, in layer order."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        raise CaptureError(f"cannot find the decoder layers of {type(model).__name__}")
-    return [layer.self_attn for layer in layers]
+    """The softmax self-attention module of every language-model layer, in layer order.
+
+    Layers without one (Qwen3.5's Gated DeltaNet linear-attention layers) have no attention map
+    and are skipped: statistics row ``l`` is the ``l``-th softmax-attention layer.
+    """
+    modules = []
+    for layer in text_model(model).layers:
+        attention = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
+        if attention is not None:
+            modules.append(attention)
+    if not modules:
+        raise CaptureError(f"{type(model).__name__} has no softmax attention layers to capture")
+    return modules
 
 
 def use_streaming_attention(model: torch.nn.Module) -> None:
@@ -206,6 +224,7 @@ def use_streaming_attention(model: torch.nn.Module) -> None:
     config = model.config
     if getattr(config, "text_config", None) is None:
         raise CaptureError(f"{type(model).__name__} has no text_config; cannot target its decoder")
+    decoder_attention_modules(model)  # fails early when there is nothing to capture
     if config.text_config._attn_implementation == STREAMING_ATTENTION:
         return
     model.set_attn_implementation({"text_config": STREAMING_ATTENTION, "vision_config": "sdpa"})
@@ -261,7 +280,7 @@ def forward_with_attention_maps(
     def keep(_module: torch.nn.Module, _args: object, output: object) -> None:
         kept["maps"] = output.attentions
 
-    handle = model.get_decoder().register_forward_hook(keep)
+    handle = text_model(model).register_forward_hook(keep)
     try:
         with decoder_attention(model, "eager"), torch.inference_mode():
             embeddings = model(**batch, output_attentions=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ from vrag_compress.encoders.base import EncodingError, PageEncoding
 from vrag_compress.encoders.capture import (
     CaptureError,
     capture_attention,
+    decoder_attention_modules,
     use_streaming_attention,
 )
 from vrag_compress.encoders.errors import (
     EncoderInputError,
     EncoderLoadError,
     ModelNotFoundError,
+    StatsUnavailableError,
     UnsupportedModelError,
     model_not_found_message,
 )
@@ -53,8 +56,25 @@ FAMILIES: dict[str, Family] = {
     "qwen2_vl": Family("colqwen2", "ColQwen2", "ColQwen2Processor", "thw"),
     "qwen2_5_vl": Family("colqwen2.5", "ColQwen2_5", "ColQwen2_5_Processor", "thw"),
     "idefics3": Family("colidefics3", "ColIdefics3", "ColIdefics3Processor", "none"),
+    "qwen3_vl": Family("colqwen3", "ColQwen3", "ColQwen3Processor", "thw"),
+    "qwen3_5": Family("colqwen3.5", "ColQwen3_5", "ColQwen3_5Processor", "thw"),
+    "gemma3": Family("colgemma3", "ColGemma3", "ColGemmaProcessor3", "square"),
+    "modernvbert": Family("colmodernvbert", "ColModernVBert", "ColModernVBertProcessor", "none"),
 }
-"""config.json ``model_type`` -> family (ColSmol checkpoints are idefics3)."""
+"""config.json ``model_type`` -> family (ColSmol checkpoints are idefics3). Grids: "none" for
+the tiled families (ColSmol, ModernVBERT), whose visual tokens are 2-D tiles plus a global
+thumbnail rather than one row-major page grid."""
+
+SKIPPED_FAMILIES: dict[str, str] = {
+    "qwen2_5_omni": (
+        "ColQwen-Omni (Qwen2.5-Omni) is not supported for page encoding: its checkpoint carries "
+        "the Omni thinker's audio encoder, which page images never use, and its processor needs "
+        "the audio feature extractor and video pipeline; use ColQwen2.5 (the same vision tower "
+        "and language model family) instead"
+    ),
+}
+SKIPPED_FAMILIES["qwen2_5_omni_thinker"] = SKIPPED_FAMILIES["qwen2_5_omni"]
+"""model_type -> why the family is not loaded (the error users see)."""
 
 _warned_tiny: set[str] = set()
 
@@ -130,11 +150,14 @@ def detect_family(folder: Path) -> Family:
             raise UnsupportedModelError(f"{folder} has neither config.json nor adapter_config.json")
         return detect_family(resolve_model(adapter["base_model_name_or_path"]))
     model_type = config.get("model_type", "")
+    if model_type in SKIPPED_FAMILIES:
+        raise UnsupportedModelError(f"{folder}: {SKIPPED_FAMILIES[model_type]}")
     family = FAMILIES.get(model_type)
     if family is None:
         raise UnsupportedModelError(
             f"{folder}: model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)} "
-            "(ColPali, ColQwen2, ColQwen2.5, ColIdefics3/ColSmol)"
+            "(ColPali, ColQwen2, ColQwen2.5, ColIdefics3/ColSmol, ColQwen3, ColQwen3.5, "
+            "ColGemma3, ColModernVBert)"
         )
     return family
 
@@ -194,10 +217,14 @@ class ColEncoder:
         self.is_tiny = is_tiny
         text = model.config.text_config
         self.dim = int(model.dim)
-        self.n_layers = int(text.num_hidden_layers)
         self.n_heads = int(text.num_attention_heads)
-        self.image_token_id = int(processor.image_token_id)
-        self._streaming = _try_streaming_attention(model)
+        self.image_token_id = _image_token_id(model, processor)
+        self.capture_error = _try_streaming_attention(model)
+        self.n_layers = (
+            int(text.num_hidden_layers)
+            if self.capture_error
+            else len(decoder_attention_modules(model))
+        )
 
     @classmethod
     def from_folder(
@@ -287,8 +314,7 @@ class ColEncoder:
         last = last_token_index(batch["attention_mask"])
         with torch.inference_mode():
             if with_stats:
-                if not self._streaming:
-                    use_streaming_attention(self.model)  # raises the reason it cannot
+                self._check_capture()
                 with capture_attention(self.model, visual, last) as capture:
                     embeddings = self.model(**batch)
                 centrality, eos = capture.results()
@@ -308,12 +334,21 @@ class ColEncoder:
             pages.append(PageEncoding(vectors=vectors, grid=grid, **stats))
         return pages
 
+    def _check_capture(self) -> None:
+        """Raise `StatsUnavailableError` when this model's attention cannot be captured."""
+        if self.capture_error is not None:
+            raise StatsUnavailableError(
+                f"{self.model_id} ({self.family.name}) encodes pages, but its attention "
+                f"statistics cannot be captured ({self.capture_error}); compressors that need "
+                "them (sap, eos, adaptive-eos) cannot run on it: use one that needs none "
+                "(uot, pool, cluster, random, identity) or another model"
+            )
+
     def _grid(self, batch: Any, b: int, n_tokens: int) -> tuple[int, int] | None:
         """(rows, cols) of the visual tokens, row-major, when the family defines one."""
-        if self.family.grid == "square":
-            patch = int(self.model.config.vision_config.patch_size)
-            size = self.processor.image_processor.size
-            grid = (int(size["height"]) // patch, int(size["width"]) // patch)
+        if self.family.grid == "square":  # ColPali, ColGemma3: a fixed square token grid
+            side = math.isqrt(n_tokens)
+            grid = (side, side)
         elif self.family.grid == "thw":
             merge = int(self.model.config.vision_config.spatial_merge_size)
             _, h, w = (int(v) for v in batch["image_grid_thw"][b])
@@ -348,18 +383,32 @@ class ColEncoder:
         return out
 
 
-def _try_streaming_attention(model: torch.nn.Module) -> bool:
-    """Install the streaming attention on the decoder at load time when the model allows it.
+def _try_streaming_attention(model: torch.nn.Module) -> str | None:
+    """Install the streaming attention on the decoder at load time; None, or why it cannot be.
 
     Without an active capture it is SDPA with a padding-safe mask, so plain encoding uses it
-    too (see `capture.padding_safe_sdpa_mask`).
+    too (see `capture.padding_safe_sdpa_mask`). A model that refuses it still encodes.
     """
     try:
         use_streaming_attention(model)
     except (CaptureError, ValueError) as error:
         logger.info("streaming attention unavailable for %s: %s", type(model).__name__, error)
-        return False
-    return True
+        return str(error)
+    return None
+
+
+def _image_token_id(model: torch.nn.Module, processor: Any) -> int:
+    """The id of the visual (soft image) tokens in ``input_ids``.
+
+    The model config is authoritative: Gemma3's processor reports the begin-of-image marker as
+    its ``image_token_id``, while the visual embeddings sit on the soft image tokens.
+    """
+    config = model.config
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if value is not None:
+            return int(value)
+    return int(processor.image_token_id)
 
 
 def _meta_parameters(model: torch.nn.Module) -> list[str]:

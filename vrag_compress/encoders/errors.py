@@ -15,6 +15,11 @@ class UnsupportedModelError(EncoderLoadError):
     """The checkpoint's architecture is not one of the supported Col* families."""
 
 
+class StatsUnavailableError(EncoderLoadError):
+    """The model encodes, but its attention statistics (centrality, EOS attention) cannot be
+    captured, so statistics-based compression (SAP) cannot run on it."""
+
+
 class EncoderInputError(ValueError):
     """The images or queries handed to an encoder are not usable (wrong type, empty image)."""
 
