@@ -21,6 +21,7 @@ from PIL import Image
 from vrag_compress.compress import get_compressor
 from vrag_compress.compress.base import CompressedPage, Compressor
 from vrag_compress.encoders.base import Encoder, PageEncoding
+from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
 from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
@@ -65,8 +66,17 @@ class Hit:
     metadata: dict[str, Any]
     text: str | None
     page_id: str
+    regions: list[Region] = field(default_factory=list)
     _assets: PageAssets | None = field(default=None, repr=False, compare=False)
     _image_ref: str | None = field(default=None, repr=False, compare=False)
+    _explanation: Explanation | None = field(default=None, repr=False, compare=False)
+
+    def explain(self) -> Explanation:
+        """Why this page matched: per query token, the stored vector it matched, its share of
+        the score and the page patches behind it (see `vrag_compress.explain`)."""
+        if self._explanation is None:
+            raise VisualIndexError("this hit did not come from a search; use VisualIndex.explain")
+        return self._explanation
 
     @property
     def image_path(self) -> Path | None:
@@ -92,6 +102,8 @@ class Hit:
             "metadata": self.metadata,
             "text": self.text,
             "image_path": str(path) if path else None,
+            "page_id": self.page_id,
+            "regions": [r.to_dict() for r in self.regions],
         }
 
 
@@ -342,7 +354,37 @@ class VisualIndex:
         """Top-k pages by exact MaxSim of the query against the compressed page vectors."""
         vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
         results = self.store.search(vectors, k, filter=filter, mode=mode)
-        return [self._hit(r) for r in results]
+        hits = [self._hit(r) for r in results]
+        labels = query_token_labels(self.encoder, query, len(vectors)) if hits else None
+        records = {r.page_id: r for r in self.store.get([h.page_id for h in hits], missing="skip")}
+        for hit in hits:
+            if hit.page_id in records:
+                hit._explanation = self._explain_record(vectors, records[hit.page_id], labels)
+                hit.regions = hit._explanation.regions
+        return hits
+
+    def explain(self, query: str | np.ndarray, doc_id: str, page_no: int) -> Explanation:
+        """How `query` scores against one stored page, token by token, placed on the page."""
+        vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
+        records = self.store.get([_page_id(doc_id, page_no)], missing="skip")
+        if not records:
+            raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
+        labels = query_token_labels(self.encoder, query, len(vectors))
+        return self._explain_record(vectors, records[0], labels)
+
+    def _explain_record(
+        self, query: np.ndarray, record: PageRecord, labels: list[str] | None
+    ) -> Explanation:
+        layout = self.assets.load_layout(record.doc_id, record.page_no, record.page_id)
+        return explain_vectors(
+            query,
+            record.vectors,
+            layout,
+            labels=labels,
+            page_id=record.page_id,
+            doc_id=record.doc_id,
+            page_no=record.page_no,
+        )
 
     def get(self, page_ids: Sequence[str]) -> list[Hit]:
         """Stored pages by id, in the order asked; unknown ids are left out. Scores are NaN."""

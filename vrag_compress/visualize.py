@@ -65,3 +65,61 @@ def draw_layout(image: Image.Image, layout: dict[str, Any]) -> Image.Image:
     if "assignment" in layout:
         return draw_assignment(image, grid, layout["assignment"])
     return image.convert("RGB")
+
+
+def draw_heatmap(
+    image: Image.Image,
+    heat: np.ndarray,
+    *,
+    layout: dict[str, Any] | None = None,
+    regions: list[Any] | None = None,
+    legend: bool = True,
+) -> Image.Image:
+    """Colour each patch by its MaxSim contribution (see `vrag_compress.explain`), optionally over
+    the kept/merged layout, outline the matched regions, and add a legend strip below."""
+    from matplotlib import colormaps
+
+    base = draw_layout(image, layout) if layout else image.convert("RGB")
+    peak = float(heat.max()) if heat.size else 0.0
+    scaled = heat / peak if peak > 0 else np.zeros_like(heat, dtype=np.float64)
+    colours = (colormaps["inferno"](scaled) * 255).astype(np.uint8)
+    colours[..., 3] = np.where(scaled > 0, (60 + 150 * scaled).astype(np.uint8), 0)
+    overlay = Image.fromarray(colours, "RGBA").resize(base.size, Image.Resampling.NEAREST)
+    drawn = Image.alpha_composite(base.convert("RGBA"), overlay).convert("RGB")
+    draw = ImageDraw.Draw(drawn)
+    for region in regions or []:
+        draw.rectangle(region.box(drawn.size), outline=(0, 200, 255), width=3)
+    if not legend:
+        return drawn
+    return _with_legend(drawn, peak, layout_name(layout), bool(regions))
+
+
+def layout_name(layout: dict[str, Any] | None) -> str | None:
+    if not layout:
+        return None
+    return "kept" if "kept" in layout else "assignment" if "assignment" in layout else None
+
+
+def _with_legend(image: Image.Image, peak: float, layout: str | None, regions: bool) -> Image.Image:
+    """The image with a strip below: the colour scale of the heatmap and what the marks mean."""
+    from matplotlib import colormaps
+
+    width = image.width
+    strip = Image.new("RGB", (width, 44), (255, 255, 255))
+    draw = ImageDraw.Draw(strip)
+    bar_w = max(60, width // 3)
+    ramp = (colormaps["inferno"](np.linspace(0, 1, bar_w))[:, :3] * 255).astype(np.uint8)
+    strip.paste(Image.fromarray(np.repeat(ramp[None], 12, axis=0), "RGB"), (8, 6))
+    draw.text((8, 22), f"MaxSim contribution 0 .. {peak:.3f}", fill=(0, 0, 0))
+    notes = []
+    if regions:
+        notes.append("blue box: matched region")
+    if layout == "kept":
+        notes.append("red outline: kept patch, pale: dropped")
+    elif layout == "assignment":
+        notes.append("tint: merged group")
+    draw.text((bar_w + 20, 6), "; ".join(notes), fill=(0, 0, 0))
+    out = Image.new("RGB", (width, image.height + strip.height), (255, 255, 255))
+    out.paste(image, (0, 0))
+    out.paste(strip, (0, image.height))
+    return out

@@ -376,26 +376,44 @@ def show(
     doc_id: str = typer.Argument(..., help="Document id."),
     page: int = typer.Argument(..., help="Page number (1-based)."),
     out_path: Path = typer.Option(Path("page.png"), "--out", "-o", help="PNG to write."),
+    query: str | None = typer.Option(
+        None, "--query", "-q", help="Draw where this query matched the page (a heatmap)."
+    ),
+    overlay: bool = typer.Option(
+        False, "--overlay", help="With --query: also draw the kept/merged patches."
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Draw a page with the patches compression kept (SAP) or merged (UOT)."""
-    from vrag_compress.visualize import draw_layout
+    """Draw a page with the patches compression kept (SAP) or merged (UOT), or with --query the
+    heatmap of each patch's share of the match score and the matched regions."""
+    from vrag_compress.visualize import draw_heatmap, draw_layout
 
+    summary: dict[str, Any] = {"out": str(out_path), "doc_id": doc_id, "page_no": page}
     with open_index(index_dir, readonly=True) as vindex:
         try:
             image = vindex.page_image(doc_id, page)
+            explanation = vindex.explain(query, doc_id, page) if query else None
         except (KeyError, FileNotFoundError) as error:
             fail(str(error).strip("'\""))
+        except (ValueError, EncoderLoadError) as error:
+            fail(str(error))
         layout = vindex.page_layout(doc_id, page)
-    drawn = draw_layout(image, layout) if layout else image
+    summary["layout"] = None if layout is None else ("kept" if "kept" in layout else "assignment")
+    if explanation is None:
+        drawn = draw_layout(image, layout) if layout else image
+    elif explanation.heat is None:
+        fail(f"page {page} of {doc_id} has no patch layout to draw a heatmap on")
+    else:
+        drawn = draw_heatmap(
+            image, explanation.heat, layout=layout if overlay else None, regions=explanation.regions
+        )
+        summary.update(
+            query=query,
+            score=explanation.score,
+            regions=[r.to_dict() for r in explanation.regions],
+        )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     drawn.save(out_path)
-    summary = {
-        "out": str(out_path),
-        "doc_id": doc_id,
-        "page_no": page,
-        "layout": None if layout is None else ("kept" if "kept" in layout else "assignment"),
-    }
     if json_out:
         emit_json(summary)
     else:
