@@ -71,6 +71,7 @@ def citation(number: int, hit: Hit) -> dict[str, Any]:
         "page_no": hit.page_no,
         "source": hit.source,
         "score": hit.score,
+        "regions": [r.to_dict() for r in hit.regions],
     }
 
 

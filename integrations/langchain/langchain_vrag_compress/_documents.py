@@ -70,6 +70,8 @@ def hit_to_document(
         source=hit.source,
         image_path=str(path) if path else None,
     )
+    if hit.regions:  # where on the page the query matched (fractions of width and height)
+        metadata["regions"] = [r.to_dict() for r in hit.regions]
     if with_score:
         metadata["score"] = hit.score
     if image_base64:
@@ -90,3 +92,31 @@ def page_image_base64(
         return None
     with Image.open(path) as image:
         return encode_image(image, image_format, max_side)
+
+
+def region_crop_base64(
+    document: Document, image_format: str = "jpeg", max_side: int | None = 1024
+) -> tuple[str, str] | None:
+    """The page's top matched region (``regions[0]`` in the metadata) cropped, as base64."""
+    regions = document.metadata.get("regions") or []
+    if not regions:
+        return None
+    metadata: dict[str, Any] = document.metadata
+    if metadata.get("image_base64"):
+        image = Image.open(io.BytesIO(base64.b64decode(metadata["image_base64"])))
+    elif metadata.get("image_path"):
+        image = Image.open(metadata["image_path"])
+    else:
+        return None
+    with image:
+        width, height = image.size
+        box = regions[0]
+        crop = image.crop(
+            (
+                int(box["x0"] * width),
+                int(box["y0"] * height),
+                max(int(box["x0"] * width) + 1, round(box["x1"] * width)),
+                max(int(box["y0"] * height) + 1, round(box["y1"] * height)),
+            )
+        )
+    return encode_image(crop, image_format, max_side)

@@ -18,7 +18,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
-from langchain_vrag_compress._documents import page_image_base64
+from langchain_vrag_compress._documents import page_image_base64, region_crop_base64
 
 DEFAULT_SYSTEM_PROMPT = (
     "You answer questions about document pages, shown to you as numbered page images. "
@@ -52,6 +52,7 @@ def pages_to_message(
     block_style: BlockStyle = "standard",
     image_format: str = "jpeg",
     image_max_side: int | None = 1024,
+    crop_regions: bool = False,
 ) -> HumanMessage:
     """One `HumanMessage`: per page a ``[n] label`` text block and its image, then the question.
 
@@ -59,7 +60,8 @@ def pages_to_message(
     read from `image_path`. Entries without an image (plain texts) contribute their text.
     ``block_style="standard"`` emits LangChain v1 image blocks; ``"openai"`` emits ``image_url``
     data URLs for providers that only take those. ``include_text`` adds each page's text
-    (its text layer, or OCR text for scans).
+    (its text layer, or OCR text for scans). ``crop_regions`` adds, after each page image, a crop
+    of the page's top matched region (``regions`` in the metadata, see `Hit.regions`).
     """
     if block_style not in ("standard", "openai"):
         raise ValueError(f"block_style must be 'standard' or 'openai', got {block_style!r}")
@@ -69,10 +71,23 @@ def pages_to_message(
         image = page_image_base64(document, image_format, image_max_side)
         if image is not None:
             blocks.append(_image_block(*image, block_style))
+        crop = region_crop_base64(document, image_format, image_max_side) if crop_regions else None
+        if crop is not None:
+            blocks.append({"type": "text", "text": f"[{number}] {region_label(document)}"})
+            blocks.append(_image_block(*crop, block_style))
         if image is None or (include_text and document.page_content):
             blocks.append({"type": "text", "text": document.page_content})
     blocks.append({"type": "text", "text": f"Question: {question}"})
     return HumanMessage(content=blocks)
+
+
+def region_label(document: Document) -> str:
+    """Where the top matched region lies on its page, in percent of width and height."""
+    box = document.metadata["regions"][0]
+    return (
+        f"matched region of that page (x {box['x0']:.0%}-{box['x1']:.0%}, "
+        f"y {box['y0']:.0%}-{box['y1']:.0%})"
+    )
 
 
 def cited_numbers(answer: str) -> list[int]:
@@ -99,6 +114,7 @@ def citations(answer: str, documents: Sequence[Document]) -> list[dict[str, Any]
                     "doc_id": meta.get("doc_id"),
                     "page_id": documents[number - 1].id,
                     "score": meta.get("score"),
+                    "regions": meta.get("regions") or [],
                 }
             )
     return out

@@ -149,3 +149,31 @@ def test_create_retrieval_chain_from_langchain_classic(retriever) -> None:
     assert result["answer"] == "From the handbook."
     assert result["context"][0].metadata["page_id"] == "b:1"
     assert "aviation maintenance handbook aircraft" in recorder.calls[0][0].content
+
+
+def test_citations_carry_regions_and_the_message_can_send_a_crop() -> None:
+    from langchain_core.documents import Document
+
+    page = Image.new("RGB", (200, 100), "white")
+    page.paste((255, 0, 0), (100, 50, 200, 100))  # the matched quarter is red
+    buffer = io.BytesIO()
+    page.save(buffer, "PNG")
+    region = {"x0": 0.5, "y0": 0.5, "x1": 1.0, "y1": 1.0, "score": 1.2, "patches": 4}
+    document = Document(
+        page_content="",
+        metadata={
+            "image_base64": base64.b64encode(buffer.getvalue()).decode(),
+            "image_mime_type": "image/png",
+            "filename": "r.pdf",
+            "page": 2,
+            "regions": [region],
+        },
+    )
+    message = pages_to_message("q?", [document], image_format="png", crop_regions=True)
+    crop_label = message.content[2]["text"]
+    assert crop_label == "[1] matched region of that page (x 50%-100%, y 50%-100%)"
+    full, crop = _images(message)
+    assert full.size == (200, 100) and crop.size == (100, 50)
+    assert set(crop.convert("RGB").getdata()) == {(255, 0, 0)}
+    assert len(_images(pages_to_message("q?", [document], image_format="png"))) == 1
+    assert citations("see [1]", [document])[0]["regions"] == [region]
