@@ -16,7 +16,24 @@ from vrag_compress.store.validate import StoreInputError
 
 QDRANT_PREFIXES = ("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://")
 API_KEY_ENV = "QDRANT_API_KEY"
+# Comma-separated hosts that may receive QDRANT_API_KEY when an index folder (not the user)
+# names the server.
+API_KEY_HOSTS_ENV = "QDRANT_API_KEY_HOSTS"
 POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
+
+
+class StorePointer(str):
+    """A store URL read from an index folder's store.json rather than given by the user.
+
+    Whoever wrote the folder chose it, so credentials from the environment go to its host only
+    when the user named that host too (see :func:`api_key_for`)."""
+
+    folder: Path
+
+    def __new__(cls, url: str, folder: Path) -> StorePointer:
+        pointer = super().__new__(cls, url)
+        pointer.folder = folder
+        return pointer
 
 
 def is_store_url(target: str | os.PathLike[str]) -> bool:
@@ -31,7 +48,7 @@ def create_store(
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
 
-        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        options.setdefault("api_key", api_key_for(target))
         return QdrantStore.create(str(target), config, **options)
     return LocalStore.create(Path(target), config, **options)
 
@@ -47,9 +64,33 @@ def open_store(
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
 
-        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        options.setdefault("api_key", api_key_for(target))
         return QdrantStore.open(str(target), readonly=readonly, expect=expect, **options)
     return LocalStore.open(Path(target), readonly=readonly, expect=expect, **options)
+
+
+def api_key_for(target: str | os.PathLike[str]) -> str | None:
+    """``QDRANT_API_KEY`` for a server the user named; None when it is unset or not needed.
+
+    A URL from an index folder's store.json (a :class:`StorePointer`) gets the key only for a
+    loopback host or one listed in ``QDRANT_API_KEY_HOSTS``: a folder from someone else must not
+    choose where the key goes. Otherwise this raises a clear error instead of a confusing 401."""
+    key = os.environ.get(API_KEY_ENV) or None
+    if key is None or not isinstance(target, StorePointer):
+        return key
+    from vrag_compress.store.qdrant import is_loopback, parse_qdrant_url
+
+    host = parse_qdrant_url(str(target)).host
+    if host is None or is_loopback(host):
+        return key
+    named = {h.strip().lower() for h in os.environ.get(API_KEY_HOSTS_ENV, "").split(",")}
+    if host.lower() in named:
+        return key
+    raise StoreInputError(
+        f"{target.folder / POINTER_NAME} points at the Qdrant server {host}, which you have not "
+        f"named, so {API_KEY_ENV} is not sent there. If you trust it, pass the URL yourself "
+        f"(--store / store=) or add {host} to {API_KEY_HOSTS_ENV}"
+    )
 
 
 def absolute_store_url(url: str) -> str:
@@ -65,6 +106,9 @@ def write_store_pointer(index_dir: str | os.PathLike[str], url: str) -> None:
     """Record in an index folder that its vectors live in the store at ``url`` (no secrets)."""
     if not is_store_url(url):
         raise StoreInputError(f"{url!r} is not a store URL (qdrant://... or qdrant+local://...)")
+    from vrag_compress.store.qdrant import check_no_secrets
+
+    check_no_secrets(url)
     pointer = Path(index_dir) / POINTER_NAME
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(json.dumps({"url": absolute_store_url(str(url))}, indent=2))
@@ -82,4 +126,4 @@ def read_store_pointer(index_dir: str | os.PathLike[str]) -> str | None:
         raise StoreCorruptError(str(pointer), f"not a store pointer ({exc})") from exc
     if not isinstance(url, str) or not is_store_url(url):
         raise StoreCorruptError(str(pointer), f"{url!r} is not a store URL")
-    return url
+    return StorePointer(url, Path(index_dir))

@@ -20,6 +20,8 @@ before their document rows (a crash never marks a document complete without its 
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 import time
 import uuid
@@ -113,6 +115,7 @@ class QdrantLocation:
 
     def client(self, timeout: float = 30.0) -> QdrantClient:
         if self.host is not None:
+            self.check_key_transport()
             return QdrantClient(
                 host=self.host,
                 port=self.port,
@@ -136,6 +139,44 @@ class QdrantLocation:
                 ) from exc
             raise
 
+    @property
+    def loopback(self) -> bool:
+        """Whether the server is on this machine (``localhost``, ``127.x``, ``::1``)."""
+        return self.host is not None and is_loopback(self.host)
+
+    def check_key_transport(self) -> None:
+        """Refuse to send an API key in clear text (plain HTTP) to another machine."""
+        if self.api_key and not self.https and not self.loopback:
+            raise StoreInputError(
+                f"refusing to send the Qdrant API key over plain HTTP to {self.host}; "
+                f"use qdrants://{self.host}:{self.port}/{self.collection} (HTTPS)"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# Query parameters that would carry a credential: never accepted, since URLs are saved and shown.
+SECRET_PARAMS = frozenset({"api_key", "apikey", "api-key", "key", "token", "password"})
+
+
+def check_no_secrets(url: str) -> None:
+    """A store URL must not carry a credential: it is written to store.json and printed."""
+    base, _, query = str(url).partition("?")
+    named = {k.lower() for k in parse_qs(query, keep_blank_values=True)}
+    if named & SECRET_PARAMS:
+        raise StoreInputError(
+            f"{base}: do not put an API key in the store URL (it would be saved in the index "
+            "folder and shown in reports); set the QDRANT_API_KEY environment variable"
+        )
+
 
 def is_qdrant_url(text: str) -> bool:
     return str(text).startswith(("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://"))
@@ -145,6 +186,7 @@ def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
     """``qdrant://host:port/collection`` (server, ``qdrants://`` for HTTPS, ``?grpc=true``),
     ``qdrant+local://PATH[?collection=NAME]`` (local mode folder), ``qdrant+memory://NAME``."""
     url = str(url)
+    check_no_secrets(url)
     base, _, query = url.partition("?")
     params = {k: v[-1] for k, v in parse_qs(query).items()}
     if base.startswith("qdrant+local://"):
@@ -310,10 +352,14 @@ class QdrantStore:
         api_key: str | None = None,
         **options: Any,
     ) -> QdrantStore:
-        """Open an existing collection; ``expect`` lists config values that must match."""
+        """Open an existing collection; ``expect`` lists config values that must match.
+
+        A local-mode folder must exist: opening never creates one."""
         loc = _location(location, api_key)
         opts = QdrantOptions(**options)
         owns = client is None
+        if owns and loc.path not in (None, ":memory:") and not os.path.isdir(loc.path):
+            raise StoreNotFoundError(f"no Qdrant local-mode folder at {loc.path}")
         client = client or loc.client(opts.timeout_s)
         try:
             store = cls(client, loc, readonly=readonly, options=opts, owns_client=owns)
