@@ -7,6 +7,7 @@ then rename), so a crash can leave an unreferenced image behind but never a dang
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -19,8 +20,14 @@ from PIL import Image
 from vrag_compress.compress.base import CompressedPage
 from vrag_compress.encoders.base import PageEncoding
 
+log = logging.getLogger(__name__)
+
 IMAGE_FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+
+class AssetPathError(ValueError):
+    """A stored image reference that would lead outside the index folder's ``images/``."""
 
 
 def safe_name(name: str) -> str:
@@ -84,12 +91,28 @@ class PageAssets:
         return relative.as_posix()
 
     def image_path(self, ref: str | None) -> Path | None:
-        return self.root / ref if ref else None
+        """The file of a stored image reference, which must lie inside ``images/`` of the index
+        folder (links resolved): a crafted catalog cannot make us read or delete other files."""
+        return self._confined(ref) if ref else None
+
+    def _confined(self, ref: str) -> Path:
+        path = self.root / ref
+        try:
+            images = (self.root / "images").resolve()
+            inside = path.resolve().is_relative_to(images) and path.resolve() != images
+        except (OSError, RuntimeError):  # a symlink loop
+            inside = False
+        if not inside:
+            raise AssetPathError(
+                f"{self.root}: image reference {ref!r} points outside the index's images/ folder "
+                "(the catalog was edited?); refusing to use it"
+            )
+        return path
 
     def load(self, ref: str | None, source: str | None, page_no: int) -> Image.Image:
         """The stored image, or a fresh render of the source page when only references are kept."""
         if ref:
-            path = self.root / ref
+            path = self._confined(ref)
             if not path.exists():
                 raise FileNotFoundError(f"{path}: stored page image is missing (run `vrag verify`)")
             with Image.open(path) as image:
@@ -139,8 +162,14 @@ class PageAssets:
     def remove_page(
         self, doc_id: str, page_no: int, image_ref: str | None, page_id: str | None = None
     ) -> None:
-        """Remove one page's stored image and layout (missing files are fine)."""
-        for path in (self.image_path(image_ref), self._layout_path(doc_id, page_no, page_id)):
+        """Remove one page's stored image and layout (missing files are fine; a reference that
+        leads outside the index folder is left alone with a warning)."""
+        try:
+            image = self.image_path(image_ref)
+        except AssetPathError as error:
+            log.warning("not deleting: %s", error)
+            image = None
+        for path in (image, self._layout_path(doc_id, page_no, page_id)):
             if path is not None:
                 path.unlink(missing_ok=True)
 
