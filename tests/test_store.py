@@ -260,7 +260,8 @@ def test_two_stage_ivf_path(tmp_path):
             exact = [r.page_id for r in s.search(q, k=10, mode="exact")]
             auto = [r.page_id for r in s.search(q, k=10)]  # auto -> two-stage above 1000 tokens
             hits += len(set(exact) & set(auto))
-        assert s._ann is not None and s._ann.kind == "ivf"
+        ann = s._searcher.token_index
+        assert ann is not None and ann.kind == "ivf"
         assert hits / 100 >= 0.95
 
 

@@ -41,7 +41,7 @@ WRITER = (
     + """
 import json, os, pathlib, random, signal, sys
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store import local as local_mod, segments as seg_mod
+from vrag_compress.store import segments as seg_mod, writer as writer_mod
 
 path, log_path, seed, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 
@@ -90,7 +90,7 @@ for i in range(10**6):
         store.delete(page_ids=op["ids"])
     else:
         if crash_at == "compact_before_commit":  # new segments written, catalog not switched
-            die_after(local_mod.LocalStore, "_copy_live")
+            die_after(writer_mod.PageWriter, "_copy_live")
         elif crash_at == "compact_before_unlink":  # committed, old segments still on disk
             die_after(pathlib.Path, "unlink", before=True)
         store.compact()

@@ -1,4 +1,5 @@
-"""The SQLite catalog: schema, connections, row checksums and error translation.
+"""The SQLite catalog: schema, connection handle, row checksums, error translation and every
+SQL statement the embedded store runs (kept here, next to the schema they depend on).
 
 The catalog is the single source of truth for what is committed: a page exists once its row is
 committed, and the row points at fp16 bytes already fsync'ed into a segment file. Each row carries
@@ -11,12 +12,20 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from vrag_compress.store.base import StoreCorruptError, StoreError
+from vrag_compress.store.base import (
+    DocumentRecord,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from vrag_compress.version import __version__
 
 SCHEMA_VERSION = 1
 CATALOG_NAME = "catalog.sqlite"
@@ -39,6 +48,16 @@ CREATE TABLE tombstones(
 """
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_SQL_BATCH = 500  # ids per IN (...) list, well under SQLite's variable limit
+
+# column lists of the pages table that callers unpack positionally
+LOCATION = "pid, segment_id, row_offset, n_vectors"
+RECORD = (
+    "page_id, doc_id, page_no, metadata, image_ref, text, "
+    "segment_id, row_offset, n_vectors, vec_crc"
+)
+HIT = "pid, page_id, doc_id, page_no, metadata, image_ref, text"
+_DOCUMENT = "doc_id, source, content_hash, n_pages, complete, metadata"
 
 
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -149,3 +168,300 @@ def doc_row_crc(
     metadata: str,
 ) -> int:
     return _crc([doc_id, source, content_hash, n_pages, complete, metadata])
+
+
+# ----------------------------------------------------------------------------- connection handle
+
+
+class Catalog:
+    """The open catalog: one connection shared by threads under a re-entrant mutex."""
+
+    def __init__(self, path: Path, *, readonly: bool):
+        self.path = path
+        self.readonly = readonly
+        self.mutex = threading.RLock()
+        self._conn: sqlite3.Connection | None = connect(path, readonly=readonly)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreClosedError(f"store {self.path.parent} is closed")
+        return self._conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the mutex, with SQLite errors translated."""
+        with self.mutex, translate_errors(self.path):
+            yield self.connection()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """`read` inside one read transaction: every SELECT sees the same committed state."""
+        with self.read() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction that bumps the generation on commit and rolls back on error."""
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.path.parent} was opened read-only")
+        with self.mutex, translate_errors(self.path):
+            conn = self.connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                write_meta(conn, "generation", generation(conn) + 1)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Checkpoint the WAL (writers) and close the connection; closing twice is a no-op."""
+        with self.mutex:
+            if self._conn is None:
+                return
+            try:
+                if not self.readonly:
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass
+            self._conn.close()
+            self._conn = None
+
+
+def load_meta(catalog: Catalog) -> dict[str, Any]:
+    """The meta table, checked for the entries every store needs and a schema we can read."""
+    with catalog.read() as conn:
+        try:
+            meta = read_meta(conn)
+        except (ValueError, TypeError) as exc:
+            raise StoreCorruptError(str(catalog.path), f"unreadable meta: {exc}") from exc
+    for key in ("schema_version", "config", "generation", "next_segment_id"):
+        if key not in meta:
+            raise StoreCorruptError(str(catalog.path), f"meta entry {key!r} is missing")
+    if meta["schema_version"] > SCHEMA_VERSION:
+        raise StoreError(
+            f"store {catalog.path.parent} has schema {meta['schema_version']}, newer than "
+            f"this vrag_compress ({__version__}) reads; upgrade vrag_compress"
+        )
+    if not isinstance(meta["config"], dict):
+        raise StoreCorruptError(str(catalog.path), "meta 'config' is not a dict")
+    return meta
+
+
+# ----------------------------------------------------------------------------- meta values
+
+
+def generation(conn: sqlite3.Connection) -> int:
+    """The commit counter: every write transaction bumps it, readers compare it to reload."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+    return int(json.loads(row[0]))
+
+
+def take_segment_id(conn: sqlite3.Connection) -> int:
+    """A never-used segment id (the counter moves on inside the caller's write transaction)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'next_segment_id'").fetchone()
+    seg_id = int(json.loads(row[0]))
+    write_meta(conn, "next_segment_id", seg_id + 1)
+    return seg_id
+
+
+# ----------------------------------------------------------------------------- segments
+
+
+def segment_rows(conn: sqlite3.Connection) -> dict[int, int]:
+    """Committed rows of every segment, by segment id."""
+    return dict(conn.execute("SELECT segment_id, committed_rows FROM segments"))
+
+
+def last_segment(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """``(segment_id, committed_rows)`` of the newest segment, or None before the first write."""
+    row = conn.execute(
+        "SELECT segment_id, committed_rows FROM segments ORDER BY segment_id DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def set_segment_rows(conn: sqlite3.Connection, seg_id: int, rows: int) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO segments(segment_id, committed_rows) VALUES (?, ?)", (seg_id, rows)
+    )
+
+
+def replace_segments(conn: sqlite3.Connection, segments: Sequence[tuple[int, int]]) -> None:
+    """After a compaction: the new segments replace all old ones, and no dead space remains."""
+    conn.execute("DELETE FROM tombstones")
+    conn.execute("DELETE FROM segments")
+    conn.executemany("INSERT INTO segments(segment_id, committed_rows) VALUES (?, ?)", segments)
+
+
+def tombstone_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM tombstones").fetchone()[0])
+
+
+def dead_vectors(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(sum(n_vectors), 0) FROM tombstones").fetchone()[0])
+
+
+# ----------------------------------------------------------------------------- pages
+
+
+def count_pages(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM pages").fetchone()[0])
+
+
+def live_vectors(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(sum(n_vectors), 0) FROM pages").fetchone()[0])
+
+
+def pages_by_id(conn: sqlite3.Connection, page_ids: Sequence[str], columns: str) -> list[tuple]:
+    """``columns`` (one of the column lists above) of the pages with these ids (absent skipped)."""
+    return _in_batches(conn, f"SELECT {columns} FROM pages WHERE page_id IN", page_ids)
+
+
+def pages_by_pid(conn: sqlite3.Connection, pids: Sequence[int], columns: str) -> list[tuple]:
+    return _in_batches(conn, f"SELECT {columns} FROM pages WHERE pid IN", pids)
+
+
+def _in_batches(conn: sqlite3.Connection, select: str, keys: Sequence[Any]) -> list[tuple]:
+    out: list[tuple] = []
+    for i in range(0, len(keys), _SQL_BATCH):
+        part = list(keys[i : i + _SQL_BATCH])
+        out.extend(conn.execute(f"{select} ({','.join('?' * len(part))})", part).fetchall())
+    return out
+
+
+def page_locations_of_document(conn: sqlite3.Connection, doc_id: str) -> list[tuple]:
+    return conn.execute(f"SELECT {LOCATION} FROM pages WHERE doc_id = ?", (doc_id,)).fetchall()
+
+
+def page_ids(conn: sqlite3.Connection, doc_id: str | None = None) -> list[str]:
+    """All page ids (sorted), or a document's in page order."""
+    if doc_id is None:
+        rows = conn.execute("SELECT page_id FROM pages ORDER BY page_id")
+    else:
+        rows = conn.execute(
+            "SELECT page_id FROM pages WHERE doc_id = ? ORDER BY page_no, page_id", (doc_id,)
+        )
+    return [r[0] for r in rows]
+
+
+def insert_pages(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
+    """Rows of ``(page_id, doc_id, page_no, metadata, image_ref, text, segment_id, row_offset,
+    n_vectors, vec_crc, row_crc)``."""
+    conn.executemany(
+        "INSERT INTO pages(page_id, doc_id, page_no, metadata, image_ref, text, segment_id, "
+        "row_offset, n_vectors, vec_crc, row_crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+
+
+def tombstone(conn: sqlite3.Connection, locations: Sequence[tuple]) -> None:
+    """Drop page rows (`LOCATION` tuples) and remember their vector ranges as dead space."""
+    if not locations:
+        return
+    conn.executemany(
+        "INSERT INTO tombstones(segment_id, row_offset, n_vectors) VALUES (?,?,?)",
+        [(r[1], r[2], r[3]) for r in locations],
+    )
+    conn.executemany("DELETE FROM pages WHERE pid = ?", [(r[0],) for r in locations])
+
+
+def pages_to_copy(conn: sqlite3.Connection) -> list[tuple]:
+    """Every live page with what its row checksum covers, in page_id order (for `compact`)."""
+    return conn.execute(
+        "SELECT pid, page_id, doc_id, page_no, metadata, image_ref, text, segment_id, "
+        "row_offset, n_vectors, vec_crc FROM pages ORDER BY page_id"
+    ).fetchall()
+
+
+def move_pages(conn: sqlite3.Connection, updates: Iterable[tuple[int, int, int, int]]) -> None:
+    """``(segment_id, row_offset, row_crc, pid)``: new vector locations after a compaction."""
+    conn.executemany(
+        "UPDATE pages SET segment_id = ?, row_offset = ?, row_crc = ? WHERE pid = ?", updates
+    )
+
+
+def snapshot_pages(conn: sqlite3.Connection) -> list[tuple]:
+    """``(pid, segment_id, row_offset, n_vectors)`` of every page in page_id order."""
+    return conn.execute(f"SELECT {LOCATION} FROM pages ORDER BY page_id").fetchall()
+
+
+def filtered_pids(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[int]:
+    """Pids of the pages a compiled filter (`filters.to_sql`) selects."""
+    return [r[0] for r in conn.execute(f"SELECT pid FROM pages WHERE {where}", list(params))]
+
+
+def pages_for_check(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """Every page row with its checksums, in segment order (for integrity checks)."""
+    return conn.execute(
+        "SELECT page_id, doc_id, page_no, metadata, image_ref, text, segment_id, row_offset, "
+        "n_vectors, vec_crc, row_crc FROM pages ORDER BY segment_id, row_offset"
+    )
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+def put_documents(conn: sqlite3.Connection, docs: Sequence[tuple[DocumentRecord, str]]) -> None:
+    """Insert or replace document rows; each doc comes with its canonical metadata JSON."""
+    rows = []
+    for d, meta in docs:
+        complete = int(d.complete)
+        crc = doc_row_crc(d.doc_id, d.source, d.content_hash, d.n_pages, complete, meta)
+        rows.append((d.doc_id, d.source, d.content_hash, d.n_pages, complete, meta, crc))
+    conn.executemany(
+        "INSERT OR REPLACE INTO documents(doc_id, source, content_hash, n_pages, complete, "
+        "metadata, row_crc) VALUES (?,?,?,?,?,?,?)",
+        rows,
+    )
+
+
+def ensure_documents(conn: sqlite3.Connection, doc_ids: Iterable[str]) -> None:
+    """Every listed document gets a row (incomplete, no metadata) unless it has one."""
+    rows = [(d, doc_row_crc(d, None, None, None, 0, "{}")) for d in sorted(set(doc_ids))]
+    conn.executemany(
+        "INSERT OR IGNORE INTO documents(doc_id, complete, metadata, row_crc) "
+        "VALUES (?, 0, '{}', ?)",
+        rows,
+    )
+
+
+def delete_document(conn: sqlite3.Connection, doc_id: str) -> None:
+    conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+
+
+def documents(conn: sqlite3.Connection) -> list[DocumentRecord]:
+    rows = conn.execute(f"SELECT {_DOCUMENT} FROM documents ORDER BY doc_id").fetchall()
+    return [_document(r) for r in rows]
+
+
+def document(conn: sqlite3.Connection, doc_id: str) -> DocumentRecord | None:
+    row = conn.execute(f"SELECT {_DOCUMENT} FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
+    return None if row is None else _document(row)
+
+
+def documents_for_check(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    return conn.execute(f"SELECT {_DOCUMENT}, row_crc FROM documents")
+
+
+def _document(row: tuple) -> DocumentRecord:
+    doc_id, source, content_hash, n_pages, complete, meta = row
+    return DocumentRecord(doc_id, source, content_hash, n_pages, bool(complete), json.loads(meta))
+
+
+# ----------------------------------------------------------------------------- SQLite checks
+
+
+def integrity_problems(conn: sqlite3.Connection, *, quick: bool) -> list[str]:
+    """SQLite's own ``quick_check`` or full ``integrity_check``; empty when the file is sound."""
+    rows = conn.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}").fetchall()
+    return [] if rows == [("ok",)] else [r[0] for r in rows]

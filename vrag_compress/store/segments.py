@@ -44,7 +44,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def append(path: Path, expected_size: int, data: bytes) -> None:
+def append(path: Path, expected_size: int, data: bytes | memoryview) -> None:
     """Append ``data`` at ``expected_size`` (dropping any torn tail first), then fsync."""
     existed = path.exists()
     with open(path, "ab") as handle:
@@ -84,3 +84,61 @@ def open_rows(path: Path, rows: int, dim: int) -> np.ndarray:
 def vectors_crc(vectors: np.ndarray) -> int:
     """CRC32 of the stored fp16 bytes of one page."""
     return zlib.crc32(np.ascontiguousarray(vectors, dtype=DTYPE).data)
+
+
+class SegmentMaps:
+    """Memory maps of segments' committed rows, kept between reads and remapped when one grew."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._maps: dict[int, np.ndarray] = {}
+
+    def rows(self, seg_id: int, rows: int, dim: int) -> np.ndarray:
+        """The first ``rows`` committed rows of a segment."""
+        current = self._maps.get(seg_id)
+        if current is None or len(current) < rows:
+            current = open_rows(segment_path(self.root, seg_id), rows, dim)
+            self._maps[seg_id] = current
+        return current[:rows]
+
+    def drop(self, seg_id: int) -> None:
+        self._maps.pop(seg_id, None)
+
+    def clear(self) -> None:
+        self._maps.clear()
+
+
+class SegmentWriter:
+    """Streams rows into a new segment file in bounded buffers (used by compaction)."""
+
+    FLUSH_BYTES = 64 << 20
+
+    def __init__(self, root: Path, row_bytes: int):
+        self.root = root
+        self.row_bytes = row_bytes
+        self.seg_id = -1
+        self.rows = 0
+        self._flushed = 0
+        self._buffer: list[np.ndarray] = []
+
+    def start(self, seg_id: int) -> None:
+        self.seg_id, self.rows, self._flushed, self._buffer = seg_id, 0, 0, []
+
+    def write(self, vectors: np.ndarray) -> None:
+        self._buffer.append(np.asarray(vectors))
+        self.rows += len(vectors)
+        if (self.rows - self._flushed) * self.row_bytes >= self.FLUSH_BYTES:
+            self._flush()
+
+    def finish(self) -> tuple[int, int]:
+        self._flush()
+        return self.seg_id, self.rows
+
+    def _flush(self) -> None:
+        if self._buffer:
+            append(
+                segment_path(self.root, self.seg_id),
+                self._flushed * self.row_bytes,
+                np.concatenate(self._buffer).data,
+            )
+        self._flushed, self._buffer = self.rows, []

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store.base import DocumentRecord, PageRecord, StoreError
+from vrag_compress.store.base import DocumentRecord, PageRecord, StoreConfigMismatch, StoreError
 
 MAX_ID_LEN = 1024
 MAX_VECTORS_PER_PAGE = 65535  # token labels in the FAISS index reserve 16 bits for the row
@@ -143,3 +143,41 @@ def check_config(config: Any) -> dict[str, Any]:
     check_id(config.get("model_id"), "config['model_id']")
     metadata_json(config, "config")
     return json.loads(json.dumps(config))
+
+
+SEARCH_MODES = ("auto", "exact", "two_stage")
+
+
+def as_list(items: Any, what: str = "queries") -> list[Any]:
+    """A list from a sequence argument; a lone record or array is a clear error, not a surprise."""
+    if isinstance(items, (str, bytes, dict, np.ndarray, PageRecord, DocumentRecord)):
+        raise StoreInputError(f"{what} must be a sequence (list/tuple), got {type(items).__name__}")
+    try:
+        return list(items)
+    except TypeError as exc:
+        raise StoreInputError(f"{what} must be a sequence, got {type(items).__name__}") from exc
+
+
+def check_ids(page_ids: Any, what: str = "page_ids") -> list[str]:
+    """A list of valid ids from a sequence argument."""
+    return [check_id(p, f"{what}[{i}]") for i, p in enumerate(as_list(page_ids, what))]
+
+
+def check_mode(mode: Any) -> str:
+    if mode not in SEARCH_MODES:
+        raise StoreInputError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
+    return str(mode)
+
+
+def check_missing(missing: Any) -> str:
+    if missing not in ("error", "skip"):
+        raise StoreInputError(f"missing must be 'error' or 'skip', got {missing!r}")
+    return str(missing)
+
+
+def check_expect(root: str, stored: dict[str, Any], expect: dict[str, Any]) -> None:
+    """`StoreConfigMismatch` unless every ``expect`` value equals the stored config's."""
+    absent = object()
+    diffs = {k: (stored.get(k), v) for k, v in expect.items() if stored.get(k, absent) != v}
+    if diffs:
+        raise StoreConfigMismatch(root, diffs)

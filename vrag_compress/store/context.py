@@ -1,0 +1,56 @@
+"""What the parts of a `LocalStore` share: its folder, vector width, tuning options, the open
+catalog and the segment memory maps. The write path, snapshot, search path and integrity checks
+each take one `StoreContext` instead of reaching into the store object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vrag_compress.store import segments as seg
+from vrag_compress.store.catalog import Catalog
+
+
+@dataclass
+class StoreOptions:
+    """Tuning knobs (not persisted; pass them to `create`/`open`)."""
+
+    exact_max_tokens: int = 1_000_000
+    ivf_min_tokens: int = 200_000
+    candidates_per_token: int = 64
+    nprobe: int = 32
+    segment_max_bytes: int = 1 << 30
+    cache_fp32_max_bytes: int = 1 << 30
+    verify_on_open_max_bytes: int = 256 << 20
+    check_on_open: bool = True
+    chunk_tokens: int | None = None  # None: as large as a 256 MB score block allows
+    threads: int = 1  # extra chunk threads on top of BLAS's own
+
+
+@dataclass
+class StoreContext:
+    """One open store's shared state; ``dim`` is 0 until the catalog's config was read."""
+
+    root: Path
+    options: StoreOptions
+    catalog: Catalog
+    dim: int = 0
+    maps: seg.SegmentMaps = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.maps = seg.SegmentMaps(self.root)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one stored vector (fp16)."""
+        return self.dim * seg.DTYPE.itemsize
+
+    def vectors(self, seg_id: int, committed_rows: int, offset: int, n: int) -> np.ndarray:
+        """A page's stored fp16 vectors (a view into the segment's memory map)."""
+        return self.maps.rows(seg_id, committed_rows, self.dim)[offset : offset + n]
+
+    def segment_path(self, seg_id: int) -> Path:
+        return seg.segment_path(self.root, seg_id)

@@ -1,0 +1,155 @@
+"""The search path of a `LocalStore`: filter, score (exact or two-stage) and resolve hits.
+
+``exact`` scores every (filtered) page; ``two_stage`` takes candidate pages from a FAISS token
+index and reranks them exactly; ``auto`` is exact while the filtered collection holds at most
+``exact_max_tokens`` vectors (default 1,000,000, about 10,000 pages at 100 vectors each), where
+exact search costs one matrix product of a few tens of milliseconds, else two-stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import catalog as cat
+from vrag_compress.store.ann import TokenIndex
+from vrag_compress.store.base import SearchResult
+from vrag_compress.store.context import StoreContext
+from vrag_compress.store.filters import compile_filter
+from vrag_compress.store.maxsim import gather_pages, maxsim_scores, top_k
+from vrag_compress.store.snapshot import Snapshot, Snapshots
+from vrag_compress.store.validate import as_list, check_k, check_mode, check_query
+
+Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
+
+
+class Searcher:
+    """MaxSim top-k over a store's current snapshot, with its lazily built token index."""
+
+    def __init__(self, ctx: StoreContext, snapshots: Snapshots):
+        self.ctx = ctx
+        self.snapshots = snapshots
+        self._ann: TokenIndex | None = None
+
+    def search_many(
+        self,
+        queries: Sequence[np.ndarray],
+        k: int,
+        *,
+        filter: dict[str, Any] | None,
+        mode: str,
+    ) -> list[list[SearchResult]]:
+        """Top-k per query, best first, ties by page_id; retried when a hit was just deleted."""
+        dim = self.ctx.dim
+        qs = [check_query(q, dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
+        k = check_k(k)
+        mode = check_mode(mode)
+        where = compile_filter(filter) if filter else None
+        if not qs:
+            return []
+        with self.ctx.catalog.mutex:
+            for attempt in range(3):
+                hits = self._search_snapshot(qs, k, where, mode)
+                results = self._resolve(hits, drop_missing=attempt == 2)
+                if results is not None:
+                    return results
+                self.snapshots.invalidate()  # a hit vanished (concurrent delete): fresh snapshot
+            raise AssertionError("unreachable: the last attempt drops vanished hits")
+
+    def build_token_index(self) -> None:
+        """Build the FAISS token index now instead of on the first two-stage search."""
+        with self.ctx.catalog.mutex:
+            self._token_index(self.snapshots.current())
+
+    @property
+    def token_index(self) -> TokenIndex | None:
+        """The FAISS token index once a two-stage search (or `build_token_index`) built it."""
+        return self._ann
+
+    def reset(self) -> None:
+        """Drop the token index (on close)."""
+        self._ann = None
+
+    def _search_snapshot(
+        self, qs: list[np.ndarray], k: int, where: tuple[str, list] | None, mode: str
+    ) -> Hits:
+        snap = self.snapshots.current()
+        pos = None if where is None else snap.positions(self._filter_pids(where))
+        n_tokens = (
+            int(snap.bounds[-1])
+            if pos is None
+            else int((snap.bounds[pos + 1] - snap.bounds[pos]).sum())
+        )
+        max_exact = self.ctx.options.exact_max_tokens
+        if mode == "exact" or (mode == "auto" and n_tokens <= max_exact):
+            return self._exact(snap, qs, k, pos)
+        return [self._two_stage(snap, q, k, pos) for q in qs]
+
+    def _exact(self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None) -> Hits:
+        if pos is None:
+            tokens, bounds, pos = snap.tokens, snap.bounds, np.arange(len(snap.pids))
+        else:
+            rows, bounds = gather_pages(snap.bounds, pos)
+            tokens = snap.tokens[rows]
+        opts = self.ctx.options
+        scores = maxsim_scores(
+            qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=opts.threads
+        )
+        out = []
+        for row in scores:
+            best = top_k(row, k)
+            out.append((snap.pids[pos[best]], row[best]))
+        return out
+
+    def _two_stage(
+        self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ann = self._token_index(snap)
+        cand = snap.positions(ann.candidates(q, self.ctx.options.candidates_per_token))
+        if pos is not None:
+            cand = np.intersect1d(cand, pos, assume_unique=True)
+            if len(cand) < min(k, len(pos)):
+                cand = pos  # the filter left too few candidates: score all that pass it
+        if len(cand) == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        return self._exact(snap, [q], k, cand)[0]
+
+    def _token_index(self, snap: Snapshot) -> TokenIndex:
+        opts = self.ctx.options
+        if self._ann is None:
+            self._ann = TokenIndex(
+                self.ctx.dim, ivf_min_tokens=opts.ivf_min_tokens, nprobe=opts.nprobe
+            )
+        self._ann.nprobe = opts.nprobe
+        self._ann.sync(snap.generation, snap.pids, snap.bounds, snap.tokens)
+        return self._ann
+
+    def _filter_pids(self, where: tuple[str, list]) -> np.ndarray:
+        with self.ctx.catalog.read() as conn:
+            pids = cat.filtered_pids(conn, *where)
+        return np.array(sorted(pids), dtype=np.int64)
+
+    def _resolve(self, hits: Hits, drop_missing: bool = False) -> list[list[SearchResult]] | None:
+        """Attach ids and metadata to hits; None when a hit's row vanished meanwhile (a
+        concurrent delete), unless ``drop_missing``, which leaves such hits out."""
+        wanted = sorted({int(p) for pids, _ in hits for p in pids})
+        with self.ctx.catalog.read() as conn:
+            rows = {r[0]: r for r in cat.pages_by_pid(conn, wanted, cat.HIT)}
+        if len(rows) < len(wanted) and not drop_missing:
+            return None
+        return [
+            [
+                _result(rows[p], float(s))
+                for p, s in zip(pids.tolist(), scores, strict=True)
+                if p in rows
+            ]
+            for pids, scores in hits
+        ]
+
+
+def _result(row: tuple, score: float) -> SearchResult:
+    _, page_id, doc_id, page_no, meta, image_ref, text = row
+    return SearchResult(page_id, doc_id, page_no, score, json.loads(meta), image_ref, text)

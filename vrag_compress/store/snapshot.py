@@ -1,0 +1,104 @@
+"""The reader's view of a `LocalStore`: committed pages at one catalog generation and their
+token matrix, rebuilt only when a writer committed since.
+
+A snapshot is read in one catalog read transaction, and segments are mapped only up to their
+committed lengths, so a reader never sees uncommitted pages. The token matrix is fp32 while it
+fits ``cache_fp32_max_bytes``, else fp16 (a single large segment in page order is mapped, not
+copied).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from vrag_compress.store import catalog as cat
+from vrag_compress.store.base import StoreError
+from vrag_compress.store.context import StoreContext
+from vrag_compress.store.maxsim import gather_pages
+
+
+@dataclass
+class Snapshot:
+    """Committed pages at one catalog generation, in page_id order, with their token matrix."""
+
+    generation: int
+    pids: np.ndarray
+    bounds: np.ndarray
+    tokens: np.ndarray
+    pid_sorted: np.ndarray
+    pos_of_sorted: np.ndarray
+
+    def positions(self, pids: np.ndarray) -> np.ndarray:
+        """Snapshot positions (ascending) of the given pids that the snapshot holds."""
+        idx = np.searchsorted(self.pid_sorted, pids)
+        idx = np.minimum(idx, max(len(self.pid_sorted) - 1, 0))
+        ok = (len(self.pid_sorted) > 0) & (self.pid_sorted[idx] == pids)
+        return np.sort(self.pos_of_sorted[idx[ok]])
+
+
+class Snapshots:
+    """Holds the current snapshot; `current` reloads it when the catalog generation moved."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+        self._snap: Snapshot | None = None
+
+    def current(self) -> Snapshot:
+        """The committed pages and their token matrix, rebuilt when the generation moved."""
+        with self.ctx.catalog.read() as conn:
+            gen = cat.generation(conn)
+        if self._snap is not None and self._snap.generation == gen:
+            return self._snap
+        for attempt in range(5):
+            try:
+                self._snap = self._load()
+                return self._snap
+            except FileNotFoundError:  # a compaction removed a segment we were about to map
+                self.ctx.maps.clear()
+                time.sleep(0.01 * (attempt + 1))
+        raise StoreError(f"segments of {self.ctx.root} kept disappearing while loading; retry")
+
+    def invalidate(self) -> None:
+        """Forget the cached snapshot (the next `current` reloads it)."""
+        self._snap = None
+
+    def _load(self) -> Snapshot:
+        with self.ctx.catalog.snapshot() as conn:
+            gen = cat.generation(conn)
+            rows = cat.snapshot_pages(conn)
+            seg_rows = cat.segment_rows(conn)
+        info = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        pids, seg_ids, offsets, lengths = info.T
+        bounds = np.zeros(len(pids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
+        order = np.argsort(pids)
+        return Snapshot(gen, pids.copy(), bounds, tokens, pids[order], order)
+
+    def _gather_tokens(
+        self,
+        seg_ids: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        bounds: np.ndarray,
+        seg_rows: dict[int, int],
+    ) -> np.ndarray:
+        dim, maps = self.ctx.dim, self.ctx.maps
+        total = int(bounds[-1])
+        fp32 = total * dim * 4 <= self.ctx.options.cache_fp32_max_bytes
+        dtype = np.float32 if fp32 else np.float16
+        unique = np.unique(seg_ids)
+        if not fp32 and len(unique) == 1:  # large single segment in page order: map, don't copy
+            sid = int(unique[0])
+            if (offsets == bounds[:-1]).all():
+                return maps.rows(sid, seg_rows[sid], dim)[:total]
+        tokens = np.empty((total, dim), dtype=dtype)
+        for sid in unique.tolist():
+            sel = np.flatnonzero(seg_ids == sid)
+            dst, _ = gather_pages(bounds, sel)
+            src = dst - np.repeat(bounds[sel] - offsets[sel], lengths[sel])
+            tokens[dst] = maps.rows(sid, seg_rows[sid], dim)[src]
+        return tokens

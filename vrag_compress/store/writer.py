@@ -1,0 +1,198 @@
+"""The write path of a `LocalStore`: add/upsert, documents, deletes and compaction.
+
+Crash safety: validate everything, take the catalog write lock, append the fp16 rows to the
+active segment and fsync, then commit the rows that point at them in one transaction. A crash
+before the commit leaves only a torn tail past the committed length, which readers never read and
+the next writer truncates. Deletes only touch the catalog (the ranges become tombstones);
+`compact` copies live rows into new segments, commits the new locations, then unlinks old files.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import numpy as np
+
+from vrag_compress.store import catalog as cat
+from vrag_compress.store import segments as seg
+from vrag_compress.store.base import (
+    DocumentRecord,
+    DuplicatePageError,
+    PageRecord,
+    StoreCorruptError,
+)
+from vrag_compress.store.context import StoreContext
+from vrag_compress.store.validate import (
+    StoreInputError,
+    as_list,
+    check_document,
+    check_id,
+    check_ids,
+    check_page,
+    check_unique,
+    check_vectors,
+    metadata_json,
+)
+
+
+class PageWriter:
+    """Validated, crash-safe writes to one store (the caller holds the writer lock)."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+
+    def write_pages(
+        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *, replace: bool
+    ) -> None:
+        """Store pages and document rows in one transaction; ``replace`` allows existing ids."""
+        dim = self.ctx.dim
+        pages = [check_page(p, dim, i) for i, p in enumerate(as_list(pages, "pages"))]
+        docs = [check_document(d, i) for i, d in enumerate(as_list(documents, "documents"))]
+        check_unique([p.page_id for p in pages], "pages")
+        check_unique([d.doc_id for d in docs], "documents")
+        vectors = [
+            check_vectors(p.vectors, dim, f"pages[{i}] ({p.page_id!r}).vectors")
+            for i, p in enumerate(pages)
+        ]
+        metas = [
+            metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
+            for i, p in enumerate(pages)
+        ]
+        if not pages and not docs:
+            return
+        with self.ctx.catalog.write() as conn:
+            existing = cat.pages_by_id(conn, [p.page_id for p in pages], cat.LOCATION + ", page_id")
+            if existing and not replace:
+                ids = sorted(r[4] for r in existing)
+                raise DuplicatePageError(
+                    f"{len(ids)} page ids already exist in {self.ctx.root} (e.g. {ids[:5]}); "
+                    "use upsert() to replace them"
+                )
+            cat.tombstone(conn, [r[:4] for r in existing])
+            if pages:
+                self._insert_pages(conn, pages, vectors, metas)
+            cat.put_documents(conn, _with_metadata_json(docs))
+            cat.ensure_documents(conn, [p.doc_id for p in pages])
+
+    def put_document(self, doc: DocumentRecord) -> None:
+        doc = check_document(doc)
+        with self.ctx.catalog.write() as conn:
+            cat.put_documents(conn, _with_metadata_json([doc]))
+
+    def delete(self, *, doc_id: str | None, page_ids: Sequence[str] | None) -> int:
+        """Delete a document's pages and its row, or the given pages; returns pages removed."""
+        if (doc_id is None) == (page_ids is None):
+            raise StoreInputError("delete needs exactly one of doc_id= or page_ids=")
+        ids: list[str] = []
+        if doc_id is not None:
+            check_id(doc_id, "doc_id")
+        else:
+            ids = check_ids(page_ids)
+        with self.ctx.catalog.write() as conn:
+            if doc_id is not None:
+                rows = cat.page_locations_of_document(conn, doc_id)
+                cat.delete_document(conn, doc_id)
+            else:
+                rows = cat.pages_by_id(conn, ids, cat.LOCATION)
+            cat.tombstone(conn, rows)
+        return len(rows)
+
+    def compact(self) -> None:
+        """Rewrite live vectors into fresh segments, dropping deleted rows and torn tails."""
+        with self.ctx.catalog.write() as conn:
+            dead = cat.tombstone_count(conn)
+            segs = cat.segment_rows(conn)
+            if dead == 0 and len(segs) <= 1:
+                return
+            updates, new_segs = self._copy_live(conn, cat.pages_to_copy(conn), segs)
+            cat.move_pages(conn, updates)
+            cat.replace_segments(conn, new_segs)
+        for seg_id in segs:
+            self.ctx.segment_path(seg_id).unlink(missing_ok=True)
+            self.ctx.maps.drop(seg_id)
+        seg.fsync_dir(self.ctx.root / seg.SEGMENT_DIR)
+
+    def _insert_pages(
+        self,
+        conn: sqlite3.Connection,
+        pages: list[PageRecord],
+        vectors: list[np.ndarray],
+        metas: list[str],
+    ) -> None:
+        blob = np.concatenate(vectors, axis=0)
+        seg_id, start_rows = self._active_segment(conn, blob.nbytes)
+        seg.append(self.ctx.segment_path(seg_id), start_rows * self.ctx.row_bytes, blob.data)
+        offset = start_rows
+        rows = []
+        for page, vec, meta in zip(pages, vectors, metas, strict=True):
+            fields = (
+                page.page_id,
+                page.doc_id,
+                int(page.page_no),
+                meta,
+                page.image_ref,
+                page.text,
+                seg_id,
+                offset,
+                len(vec),
+                seg.vectors_crc(vec),
+            )
+            rows.append((*fields, cat.page_row_crc(*fields)))
+            offset += len(vec)
+        cat.insert_pages(conn, rows)
+        cat.set_segment_rows(conn, seg_id, offset)
+
+    def _active_segment(self, conn: sqlite3.Connection, nbytes: int) -> tuple[int, int]:
+        """The segment to append to and its committed rows; starts a new one when full."""
+        last = cat.last_segment(conn)
+        if last is not None and (
+            last[1] == 0
+            or last[1] * self.ctx.row_bytes + nbytes <= self.ctx.options.segment_max_bytes
+        ):
+            return last
+        return self._new_segment_id(conn), 0
+
+    def _new_segment_id(self, conn: sqlite3.Connection) -> int:
+        """A never-used segment id; a stale file of that name (uncommitted) is cleared."""
+        seg_id = cat.take_segment_id(conn)
+        path = self.ctx.segment_path(seg_id)
+        if path.exists():
+            path.unlink()
+        return seg_id
+
+    def _copy_live(
+        self, conn: sqlite3.Connection, live: list[tuple], seg_rows: dict[int, int]
+    ) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
+        """Append live pages to new segments (checking CRCs); new locations and segment rows."""
+        updates: list[tuple[int, int, int, int]] = []
+        new_segs: list[tuple[int, int]] = []
+        row_bytes, max_bytes = self.ctx.row_bytes, self.ctx.options.segment_max_bytes
+        writer = seg.SegmentWriter(self.ctx.root, row_bytes)
+        for pid, page_id, doc_id, page_no, meta, image_ref, text, old_seg, off, n, vcrc in live:
+            full = writer.rows > 0 and (writer.rows + n) * row_bytes > max_bytes
+            if writer.seg_id < 0 or full:
+                if writer.seg_id >= 0:
+                    new_segs.append(writer.finish())
+                writer.start(self._new_segment_id(conn))
+            vec = self.ctx.vectors(old_seg, seg_rows[old_seg], off, n)
+            if seg.vectors_crc(vec) != vcrc:
+                raise StoreCorruptError(
+                    str(self.ctx.segment_path(old_seg)),
+                    f"checksum mismatch for page {page_id!r}; compact aborted",
+                )
+            crc = cat.page_row_crc(
+                page_id, doc_id, page_no, meta, image_ref, text, writer.seg_id, writer.rows, n, vcrc
+            )
+            updates.append((writer.seg_id, writer.rows, crc, pid))
+            writer.write(vec)
+        if writer.seg_id >= 0:
+            new_segs.append(writer.finish())
+        return updates, new_segs
+
+
+def _with_metadata_json(docs: list[DocumentRecord]) -> list[tuple[DocumentRecord, str]]:
+    return [
+        (d, metadata_json(d.metadata, f"documents[{i}] ({d.doc_id!r}).metadata"))
+        for i, d in enumerate(docs)
+    ]
