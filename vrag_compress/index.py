@@ -20,7 +20,7 @@ from PIL import Image
 
 from vrag_compress.compress import get_compressor
 from vrag_compress.compress.base import CompressedPage, Compressor
-from vrag_compress.encoders.base import Encoder, PageEncoding
+from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
 from vrag_compress.ocr import PageOcr, PageText
@@ -515,12 +515,20 @@ class VisualIndex:
             self.store.upsert(records, documents=list(documents.values()))
         return ids
 
-    def _encode(self, pages: Sequence[Page]) -> tuple[list[PageEncoding], list[CompressedPage]]:
+    def _encode(
+        self, pages: Sequence[Page], texts: Sequence[str | None] | None = None
+    ) -> tuple[list[PageEncoding], list[CompressedPage]]:
         """Encode a batch of pages and compress those that have visual tokens (same order;
-        pages without tokens get an encoding with 0 tokens and no compressed entry)."""
-        encodings = self.encoder.encode_pages(
-            [p.image for p in pages], with_stats=self.compressor.requires_stats
-        )
+        pages without tokens get an encoding with 0 tokens and no compressed entry).
+
+        Text encoders (MiniLM) read `texts` (OCR'd text where given, else the text layer)."""
+        stats = self.compressor.requires_stats
+        if isinstance(self.encoder, ReadsPageText):
+            if texts is None:
+                texts = [p.text for p in pages]
+            encodings = self.encoder.encode_page_texts(list(texts), with_stats=stats)
+        else:
+            encodings = self.encoder.encode_pages([p.image for p in pages], with_stats=stats)
         compressed = self.compressor.compress_many([e for e in encodings if e.n_tokens > 0])
         return encodings, compressed
 
@@ -672,10 +680,14 @@ class VisualIndex:
             return
         pages = [page for _, page in batch]
         texts = self._page_texts(pages, page_ocr or PageOcr("never"), report)
-        encodings, compressed = self._encode(pages)
+        encodings, compressed = self._encode(pages, [t.text for t in texts])
         usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
-        for i in set(range(len(pages))) - set(usable):
-            report.fail(pages[i].source, "the encoder produced no visual tokens", pages[i].page_no)
+        reason = "the encoder produced no visual tokens"
+        if isinstance(self.encoder, ReadsPageText):
+            reason = "no text on this page (text layer or OCR)"
+            reason += f" for the text encoder {self.model_id}"
+        for i in sorted(set(range(len(pages))) - set(usable)):
+            report.fail(pages[i].source, reason, pages[i].page_no)
         records = [
             self._page_record(
                 pages[i], encodings[i], c, metadata=batch[i][0].record.metadata, text=texts[i]

@@ -96,7 +96,9 @@ def index(
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
         "vidore/colqwen2-v1.0",
-        help="Hub id, local folder, or tiny-colqwen2 / tiny-colpali (offline).",
+        help="Hub id or local folder of a Col* model; minilm (real offline encoder of the page "
+        "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
+        "tiny-colpali (random, tests only).",
     ),
     method: str = typer.Option("sap", help="Compression method (see `vrag methods`)."),
     ratio: float = typer.Option(0.1, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."),
@@ -124,15 +126,17 @@ def index(
     compressor = _compressor(method, ratio, profile)
     try:
         if VisualIndex.exists(index_dir):
-            given = _explicit(ctx, "model")
+            given = _explicit(ctx, "model") and model != "auto"
             vindex = VisualIndex.open(
                 index_dir, model=model if given else None, device=device, store=store
             )
             _warn_ignored(ctx, vindex)
         else:
+            encoder = _auto_encoder(device, batch_size) if model == "auto" else None
             vindex = VisualIndex.create(
                 index_dir,
                 model=model,
+                encoder=encoder,
                 compressor=compressor,
                 ratio=ratio,
                 device=device,
@@ -152,6 +156,15 @@ def index(
         _print_report(report)
     if report.failures:
         raise typer.Exit(EXIT_PARTIAL)
+
+
+def _auto_encoder(device: str, batch_size: int) -> Any:
+    """`--model auto`: load the best encoder available here and say which one and why."""
+    from vrag_compress.encoders import load_auto_encoder
+
+    encoder, reason = load_auto_encoder(device=device, batch_size=batch_size)
+    err.print(f"[bold]encoder:[/] {escape(encoder.model_id)} ({escape(reason)})")
+    return encoder
 
 
 def _explicit(ctx: typer.Context, name: str) -> bool:
@@ -264,16 +277,40 @@ def search(
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
         return
-    table = Table("rank", "score", "document", "page", "source")
+    table = Table("rank", "score")
+    table.add_column("file", overflow="fold", min_width=20)  # the whole name, folded if narrow
+    table.add_column("page")
+    table.add_column("snippet")
     for rank, hit in enumerate(hits, start=1):
         table.add_row(
             str(rank),
             f"{hit.score:.3f}",
-            escape(hit.doc_id),
+            escape(_file_name(hit)),
             str(hit.page_no),
-            escape(hit.source or ""),
+            escape(snippet(hit.text, query)),
         )
     out.print(table)
+
+
+def _file_name(hit: Any) -> str:
+    name = hit.metadata.get("filename")
+    return name or (Path(hit.source).name if hit.source else hit.doc_id)
+
+
+def snippet(text: str | None, query: str, width: int = 90) -> str:
+    """About `width` characters of the page text around the first query word found in it
+    (longest words first), else its beginning; whitespace collapsed."""
+    flat = " ".join((text or "").split())
+    if not flat:
+        return "(no text)"
+    lower = flat.lower()
+    words = sorted({w.strip(".,;:!?\"'()").lower() for w in query.split()}, key=len, reverse=True)
+    found = [lower.find(w) for w in words if len(w) > 2 and lower.find(w) >= 0]
+    start = max(0, found[0] - width // 3) if found else 0
+    piece = flat[start : start + width]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + width < len(flat) else ""
+    return f"{prefix}{piece}{suffix}"
 
 
 @app.command()

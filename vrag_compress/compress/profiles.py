@@ -119,6 +119,15 @@ BUILTIN_PROFILES: dict[str, CalibrationProfile] = {
     "colpali": _paper("vidore/colpali-v1.3", 18, 11, 15),
     "colqwen2": _paper("vidore/colqwen2-v1.0", 28, 18, 24),
     "jina-v4": _paper("jinaai/jina-embeddings-v4", 36, 26, 34),
+    # the page-text encoder: calibrated here on Cranfield (docs/retention.md, 45 held-out queries)
+    "minilm": CalibrationProfile(
+        model_id="minilm",
+        n_layers=6,
+        window=(2, 3),
+        sr_curve=(0.663, 0.707, 0.712, 0.738, 0.707, 0.621),
+        n_pairs=45,
+        source="calibrated on Cranfield (SR-guided, gamma 0.1)",
+    ),
 }
 _PATTERNS = [
     ("jina-v4", re.compile(r"jina[-_]?embeddings[-_]?v4|jina[-_]?v4", re.I)),

@@ -1,4 +1,4 @@
-"""Encoders: page images and queries to multi-vectors (plus attention statistics).
+"""Encoders: page images (or page text) and queries to multi-vectors (plus attention statistics).
 
 `load_encoder`, `ColEncoder`, `build_tiny_model` and `tiny_model_path` import torch and
 transformers, so they are loaded lazily on first access; the data contracts and errors are not.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vrag_compress.encoders.base import Encoder, EncodingError, PageEncoding
+from vrag_compress.encoders.base import Encoder, EncodingError, PageEncoding, ReadsPageText
 from vrag_compress.encoders.errors import (
     EncoderInputError,
     EncoderLoadError,
@@ -20,7 +20,9 @@ from vrag_compress.encoders.errors import (
 from vrag_compress.encoders.tiny import TINY_MODELS
 
 _LAZY = {
-    "load_encoder": "vrag_compress.encoders.colpali",
+    "load_encoder": "vrag_compress.encoders.select",
+    "load_auto_encoder": "vrag_compress.encoders.select",
+    "PageTextEncoder": "vrag_compress.encoders.text_pages",
     "ColEncoder": "vrag_compress.encoders.colpali",
     "build_tiny_model": "vrag_compress.encoders.tiny",
     "tiny_model_path": "vrag_compress.encoders.tiny",
@@ -35,6 +37,7 @@ __all__ = [
     "EncodingError",
     "ModelNotFoundError",
     "PageEncoding",
+    "ReadsPageText",
     "StatsUnavailableError",
     "UnsupportedModelError",
     *_LAZY,

@@ -73,3 +73,12 @@ class Encoder(Protocol):
     ) -> list[PageEncoding]: ...
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]: ...
+
+
+@runtime_checkable
+class ReadsPageText(Protocol):
+    """An encoder that reads each page's text (text layer or OCR) instead of its image."""
+
+    def encode_page_texts(
+        self, texts: list[str | None], *, with_stats: bool = False
+    ) -> list[PageEncoding]: ...

@@ -32,6 +32,8 @@ def model_not_found_message(model: str, reason: str) -> str:
         f"internet with `huggingface-cli download {model} --local-dir DIR` (for adapter "
         "checkpoints such as vidore/colqwen2-v1.0 also download the base model named in "
         "adapter_config.json), copy DIR here and pass the folder path as the model. "
-        "'tiny-colqwen2' and 'tiny-colpali' run offline, but they are random models whose "
-        "vectors are meaningless for retrieval (tests and smoke runs only)."
+        "'minilm' is a real offline encoder that reads each page's text (text layer or OCR), "
+        "and 'auto' picks the best model available here. 'tiny-colqwen2' and 'tiny-colpali' "
+        "run offline, but they are random models whose vectors are meaningless for retrieval "
+        "(tests and smoke runs only)."
     )

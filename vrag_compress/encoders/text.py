@@ -95,10 +95,10 @@ def _reduce_layer(capture: _Capture, layer: int, probs) -> None:  # noqa: ANN001
     """Visual in-degree (sum over visual source rows, mean over heads) and the EOS row."""
     import torch
 
-    visual = capture.visual.to(probs.dtype)[:, None, :, None]  # [B, 1, S, 1]
+    visual = capture.visual.to(probs.device, probs.dtype)[:, None, :, None]  # [B, 1, S, 1]
     indegree = (probs * visual).sum(dim=2).mean(dim=1)  # [B, S]
-    rows = torch.arange(probs.shape[0])
-    eos = probs[rows, :, capture.eos_index, :].mean(dim=1)  # [B, S]
+    rows = torch.arange(probs.shape[0], device=probs.device)
+    eos = probs[rows, :, capture.eos_index.to(probs.device), :].mean(dim=1)  # [B, S]
     capture.centrality[layer] = indegree.detach().cpu().numpy().astype(np.float32)
     capture.eos[layer] = eos.detach().cpu().numpy().astype(np.float32)
 
@@ -285,14 +285,16 @@ class TextTokenEncoder:
         )
 
     def _forward(self, encoded, capture: _Capture | None):  # noqa: ANN001, ANN202
-        """Last hidden state [B, S, H] (float32); fills ``capture`` layer by layer when given."""
+        """Last hidden state [B, S, H] (float32, on the CPU); fills ``capture`` layer by layer
+        when given. Runs on the model's device (a GPU when the model was moved there)."""
         import torch
 
-        inputs = {k: v for k, v in encoded.items() if k != "special_tokens_mask"}
+        device = self.model.device
+        inputs = {k: v.to(device) for k, v in encoded.items() if k != "special_tokens_mask"}
         token = _CAPTURE.set(capture)
         try:
             with torch.inference_mode():
-                return self.model(**inputs).last_hidden_state.float()
+                return self.model(**inputs).last_hidden_state.float().cpu()
         finally:
             _CAPTURE.reset(token)
 

@@ -1,0 +1,87 @@
+"""Which encoder a model name means: Col* checkpoints, the MiniLM page-text encoder, or `auto`.
+
+`auto` picks the best Col* checkpoint that loads here (the Hugging Face cache, or the hub when
+downloads are allowed) and otherwise the real offline MiniLM text encoder, and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.encoders.text import TEXT_MODELS
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+AUTO_CANDIDATES = (
+    "vidore/colqwen2-v1.0",
+    "vidore/colqwen2.5-v0.2",
+    "vidore/colpali-v1.3",
+)
+"""Col* checkpoints `auto` tries, best first: the default ColQwen2 (it has the paper's
+calibrated SAP window), then ColQwen2.5 and ColPali. The hub is only tried for the first."""
+AUTO_FALLBACK = "minilm"
+
+
+def is_text_model(name: str) -> bool:
+    return str(name) in TEXT_MODELS
+
+
+def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: Any) -> Any:
+    """An encoder for any supported name: ``minilm`` (page text), ``auto``, or a Col* model
+    (hub id, local folder, tiny name; `options` go to the Col* loader)."""
+    name = str(model)
+    if name == AUTO:
+        encoder, reason = load_auto_encoder(device=device, **options)
+        log.warning("model auto: using %s (%s)", encoder.model_id, reason)
+        return encoder
+    if is_text_model(name):
+        from vrag_compress.encoders.text_pages import PageTextEncoder
+
+        return PageTextEncoder(name, device=device)
+    from vrag_compress.encoders.colpali import load_encoder as load_col_encoder
+
+    return load_col_encoder(name, device=device, **options)
+
+
+def load_auto_encoder(
+    *, device: str = "auto", candidates: tuple[str, ...] = AUTO_CANDIDATES, **options: Any
+) -> tuple[Any, str]:
+    """The best Col* encoder that loads here, else MiniLM; returns it with the reason."""
+    from vrag_compress.encoders.colpali import load_encoder as load_col_encoder
+
+    tried = []
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    for position, name in enumerate(candidates):
+        if not _cached(name) and (offline or position > 0):
+            tried.append(f"{name}: not in the Hugging Face cache")
+            continue
+        try:
+            encoder = load_col_encoder(name, device=device, **options)
+        except EncoderLoadError as error:
+            tried.append(f"{name}: {str(error).split('. ')[0]}")
+            continue
+        return encoder, f"best Col* checkpoint available here: {name}"
+    from vrag_compress.encoders.text_pages import PageTextEncoder
+
+    encoder = PageTextEncoder(AUTO_FALLBACK, device=device)
+    reason = (
+        "no Col* checkpoint could be loaded ("
+        + "; ".join(tried)
+        + "), so the real offline MiniLM text encoder reads each page's text layer or OCR text"
+    )
+    return encoder, reason
+
+
+def _cached(name: str) -> bool:
+    """Whether the hub id has a complete snapshot in the local Hugging Face cache."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached, or a partial/invalid cache entry: both mean "not here"
+        return False
+    return True
