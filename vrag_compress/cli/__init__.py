@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import vrag_compress.bench.capture  # noqa: F401  (importing registers the commands)
 import vrag_compress.bench.compress  # noqa: F401
+import vrag_compress.bench.encode  # noqa: F401
 import vrag_compress.bench.ingest  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401

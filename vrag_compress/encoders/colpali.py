@@ -149,13 +149,22 @@ def detect_family(folder: Path) -> Family:
         if adapter is None or not adapter.get("base_model_name_or_path"):
             raise UnsupportedModelError(f"{folder} has neither config.json nor adapter_config.json")
         return detect_family(resolve_model(adapter["base_model_name_or_path"]))
-    model_type = config.get("model_type", "")
+    return family_of(config.get("model_type", ""), where=str(folder))
+
+
+def detect_family_of_model(model: torch.nn.Module) -> Family:
+    """The family of an already built model (benchmarks build models from configs)."""
+    return family_of(model.config.model_type, where=type(model).__name__)
+
+
+def family_of(model_type: str, *, where: str) -> Family:
+    """The `Family` for a config ``model_type``, or `UnsupportedModelError` saying why not."""
     if model_type in SKIPPED_FAMILIES:
-        raise UnsupportedModelError(f"{folder}: {SKIPPED_FAMILIES[model_type]}")
+        raise UnsupportedModelError(f"{where}: {SKIPPED_FAMILIES[model_type]}")
     family = FAMILIES.get(model_type)
     if family is None:
         raise UnsupportedModelError(
-            f"{folder}: model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)} "
+            f"{where}: model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)} "
             "(ColPali, ColQwen2, ColQwen2.5, ColIdefics3/ColSmol, ColQwen3, ColQwen3.5, "
             "ColGemma3, ColModernVBert)"
         )
