@@ -17,6 +17,7 @@ from vrag_compress.cli import (  # noqa: F401  (importing registers the commands
     calibrate,
     index,
     migrate,
+    serve,
 )
 from vrag_compress.cli.app import app
 

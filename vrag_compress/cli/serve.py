@@ -1,0 +1,63 @@
+"""`vrag serve`: the REST API and web page over an index folder (the ``[serve]`` extra)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from vrag_compress.cli.app import app
+from vrag_compress.cli.index import fail
+
+
+@app.command()
+def serve(
+    index_dir: Path = typer.Argument(..., help="Index folder (created when missing, see --model)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; others than loopback need a key."),
+    port: int = typer.Option(8000, help="TCP port."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="VRAG_API_KEY",
+        help="Key for uploads and deletes (and every request on a non-loopback --host).",
+        show_envvar=True,
+    ),
+    llm: str | None = typer.Option(
+        None, help="PROVIDER:MODEL for the ask box (LangChain's init_chat_model, or env VRAG_LLM)."
+    ),
+    model: str | None = typer.Option(
+        None, help="Model of a new index (an existing index keeps its own)."
+    ),
+    cors_origin: list[str] = typer.Option(
+        [], "--cors-origin", help="Allow browser pages from this origin (repeatable; default none)."
+    ),
+    max_upload_mb: float = typer.Option(50.0, help="Largest accepted upload, in MB."),
+    max_pages: int = typer.Option(300, help="Most pages accepted in one uploaded file."),
+    ocr: str = typer.Option("auto", help="OCR for uploaded scans: auto, always, never."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
+) -> None:
+    """Serve a REST API (OpenAPI docs at /docs) and a web page to search, explain and upload."""
+    try:
+        from vrag_compress.serve import ServeConfig, run
+    except ImportError as error:
+        fail(f"vrag serve needs the [serve] extra: pip install 'vrag-compress[serve]' ({error})")
+    if max_upload_mb <= 0 or max_pages < 1:
+        raise typer.BadParameter("must be positive", param_hint="--max-upload-mb/--max-pages")
+    config = ServeConfig(
+        index_dir=index_dir,
+        api_key=api_key or None,
+        llm=llm or os.environ.get("VRAG_LLM") or None,
+        cors_origins=list(cors_origin),
+        max_upload_mb=max_upload_mb,
+        max_pages=max_pages,
+        ocr=ocr,
+        device=device,
+        model=model,
+    )
+    try:
+        run(config, host=host, port=port)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--host") from error
+    except Exception as error:  # index, model or chat model could not be opened
+        fail(f"{type(error).__name__}: {error}")

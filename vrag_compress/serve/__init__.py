@@ -1,0 +1,44 @@
+"""`vrag serve`: a REST API and a web page over one index folder (needs the ``[serve]`` extra).
+
+FastAPI is imported only here and below, and only when the server starts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from vrag_compress.serve.app import ServeConfig, create_app
+
+__all__ = ["ServeConfig", "create_app", "is_loopback", "run"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback
+                for info in socket.getaddrinfo(host, None)
+            )
+        except (OSError, ValueError):
+            return False
+
+
+def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve until interrupted. Non-loopback binds need an API key, and every request then too."""
+    import uvicorn
+
+    if not is_loopback(host):
+        if not config.api_key:
+            raise ValueError(
+                f"--host {host} accepts connections from other machines: set --api-key "
+                "(or VRAG_API_KEY); every request must then send 'Authorization: Bearer KEY'"
+            )
+        config.reads_need_key = True
+    app = create_app(config)
+    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
