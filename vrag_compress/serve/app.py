@@ -199,7 +199,7 @@ def _add_headers(app: FastAPI, config: ServeConfig) -> None:
 
 def _too_large(size: int, limit_mb: float) -> str:
     return (
-        f"upload of {size / 2**20:.1f} MB is over this server's limit of {limit_mb:g} MB "
+        f"upload of {size / 2**20:.2f} MB is over this server's limit of {limit_mb:g} MB "
         "(--max-upload-mb)"
     )
 
