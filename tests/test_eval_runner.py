@@ -115,6 +115,26 @@ def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
     assert png.stat().st_size > 0
 
 
+def test_codes_score_the_vectors_as_a_code_store_keeps_them(shared_data: Path, tmp_path: Path):
+    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+    out = tmp_path / "r.json"
+    args = ["bench", "retention", "--dataset", str(folder), "--methods", "identity uot"]
+    args += ["--ratios", "0.1", "--window", "3", "--codes", "fp16,4bit,2bit", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    _check_schema(result)
+    rows = {(r["method"], r["codes"]): r for r in result["results"]}
+    assert len(rows) == 6
+    assert rows[("identity", "fp16")]["retention@10"] == pytest.approx(1.0, abs=1e-6)
+    for method in ("identity", "uot"):
+        sizes = [rows[(method, c)]["size_vs_fp16_full"] for c in ("fp16", "4bit", "2bit")]
+        assert sizes == sorted(sizes, reverse=True)
+        assert rows[(method, "2bit")]["bytes_per_token"] < rows[(method, "fp16")]["bytes_per_token"]
+    bad = CliRunner().invoke(app, [*args[:-4], "--codes", "3bit", "--json", str(out)])
+    assert bad.exit_code == 2 and "--codes" in bad.output
+
+
 def test_visual_smoke_on_arxivqa_with_tiny_colqwen2(shared_data: Path) -> None:
     ds = load_beir(shared_data / "vidore_arxivqa_sample")
     encoder = load_benchmark_encoder("tiny-colqwen2", ds.kind, device="cpu")

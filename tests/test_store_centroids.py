@@ -169,3 +169,16 @@ def test_damaged_index_files_are_reported(tmp_path):
     (tmp_path / cand.INDEX_DIR / manifest["base"]["files"]["bounds"]).write_bytes(b"junk")
     with pytest.raises((StoreCorruptError, FileNotFoundError)):
         cand.CandidateIndex.open(tmp_path, manifest)
+
+
+@pytest.mark.parametrize("codes,bytes_max", [("fp16", 64), ("4bit", 21), ("2bit", 13)])
+def test_code_roundtrip_keeps_scores_close(codes, bytes_max):
+    tokens, bounds = clustered(400)
+    decoded, per_token = cz.code_roundtrip(tokens, codes)
+    assert decoded.shape == tokens.shape and per_token <= bytes_max
+    qs = queries_from(tokens, bounds, 10)
+    exact = maxsim_scores(qs, tokens, bounds)
+    approx = maxsim_scores(qs, decoded, bounds)
+    assert np.mean(np.argmax(exact, axis=1) == np.argmax(approx, axis=1)) >= 0.9
+    with pytest.raises(ValueError, match="codes must be"):
+        cz.code_roundtrip(tokens, "3bit")

@@ -23,6 +23,14 @@ def _parse_ratios(text: str) -> list[float]:
         raise typer.BadParameter(f"--ratios must be numbers like '0.5,0.25', got {text!r}") from exc
 
 
+def _parse_codes(text: str) -> list[str]:
+    items = _split_list(text)
+    bad = [c for c in items if c not in ("fp16", "4bit", "2bit")]
+    if bad or not items:
+        raise typer.BadParameter(f"--codes takes fp16, 4bit, 2bit; got {text!r}")
+    return items
+
+
 def _parse_window(text: str) -> list[int] | str:
     if text.strip() == "auto":
         return "auto"
@@ -57,21 +65,28 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
         title=f"retention · {result['dataset']} · {result['encoder']} · "
         f"{result['n_queries']} queries · {result['n_docs']} docs · window {result['window']}"
     )
-    for col in ("method", "ratio", "tokens/doc", "NDCG@10", "NDCG@5", "R@1", "retention@10", "SR"):
+    with_codes = any("codes" in row for row in result["results"])
+    cols = ["method", "ratio", "tokens/doc", "NDCG@10", "NDCG@5", "R@1", "retention@10", "SR"]
+    if with_codes:
+        cols[1:1] = ["codes"]
+        cols.append("size/fp16 full")
+    for col in cols:
         table.add_column(col, justify="left" if col == "method" else "right")
+    first = ["uncompressed", "fp16", "1"] if with_codes else ["uncompressed", "1"]
     table.add_row(
-        "uncompressed",
-        "1",
+        *first,
         f"{result['tokens_per_doc_full']:.1f}",
         f"{full['ndcg@10']:.4f}",
         f"{full['ndcg@5']:.4f}",
         f"{full['recall@1']:.4f}",
         "1.000",
         "1.000",
+        *(["1.000"] if with_codes else []),
     )
     for row in result["results"]:
+        head = [row["method"], row.get("codes", "fp16")] if with_codes else [row["method"]]
         table.add_row(
-            row["method"],
+            *head,
             f"{row['ratio']:g}",
             f"{row['tokens_per_doc']:.1f}",
             f"{row['ndcg@10']:.4f}",
@@ -79,6 +94,7 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
             f"{row['recall@1']:.4f}",
             f"{row['retention@10']:.3f}",
             f"{row['sr']:.3f}",
+            *([f"1/{1 / row['size_vs_fp16_full']:.0f}"] if with_codes else []),
         )
     console.print(table)
 
@@ -106,6 +122,11 @@ def retention(
         False, help="text corpora: report which tokens each pruning method keeps (in the JSON)"
     ),
     cache_dir: Path | None = typer.Option(None, help="reuse corpus encodings across runs"),
+    codes: str = typer.Option(
+        "fp16",
+        help="how compressed vectors are stored when scored: fp16, 4bit, 2bit (centroid + "
+        "residual codes, decoded), space/comma separated",
+    ),
     threads: int = typer.Option(2, help="torch CPU threads"),
     seed: int = typer.Option(0, help="seed of the calibration split"),
 ) -> None:
@@ -158,6 +179,7 @@ def retention(
             seed=seed,
             progress=_Bar(bar),
             keep_kept=inspect,
+            codes=_parse_codes(codes),
         )
     result["timing_s"] = {
         "encode": round(encoded_at - started, 1),

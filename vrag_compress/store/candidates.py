@@ -4,27 +4,28 @@ One index is a set of immutable ``.npy`` files plus a manifest (a JSON dict the 
 its catalog and commits in the same transaction as the pages the files describe)::
 
     centroids/
-      c00000001-centroids.npy   [K, D] float32 unit centroids
-      c00000001-cutoffs.npy     [D, 2^b-1] residual bucket cutoffs   (only with 4bit/2bit codes)
-      c00000001-weights.npy     [D, 2^b]   residual bucket values
-      c00000002-pids.npy        [P] int64  catalog page keys of the part's pages ("slots")
-      c00000002-bounds.npy      [P+1] int64 token offsets of each page in the part
-      c00000002-codes.npy       [T] uint16 centroid id of every token
-      c00000002-indptr.npy      [K+1] int64 ┐ per-centroid page lists (CSR) of the base part;
-      c00000002-lists.npy       [nnz] int32 ┘ appended (tail) parts are scored from their codes
-      c00000002-resid.npy       [T, D·b/8] uint8 packed residuals    (only with 4bit/2bit codes)
+      c<id>-centroids.npy   [K, D] float32 unit centroids
+      c<id>-cutoffs.npy     [D, 2^b-1] residual bucket cutoffs   (only with 4bit/2bit codes)
+      c<id>-weights.npy     [D, 2^b]   residual bucket values
+      c<id2>-pids.npy       [P] int64  catalog page keys of the part's pages ("slots")
+      c<id2>-bounds.npy     [P+1] int64 token offsets of each page in the part
+      c<id2>-codes.npy      [T] uint16 centroid id of every token
+      c<id2>-indptr.npy     [K+1] int64 ┐ per-centroid page lists (CSR) of the base part;
+      c<id2>-lists.npy      [nnz] int32 ┘ appended (tail) parts are scored from their codes
+      c<id2>-resid.npy      [T, D·b/8] uint8 packed residuals    (only with 4bit/2bit codes)
 
-Files are written to a temporary name, fsync'ed and renamed before the catalog commit that
-references them, and never modified: an append writes a new tail part, a merge (compaction)
-or a retrain writes a new base, and files no manifest references are orphans that the next
-writer removes. Deleted pages stay in the files until the next merge; searches mask them.
-Opening maps the files (no rebuild), so it costs milliseconds at any size.
+``<id>`` is random (never reused). Files are written to a temporary name, fsync'ed and renamed
+before the catalog commit that references them, and never modified: an append writes a new
+tail part, a merge (compaction) or a retrain writes a new base, and files no manifest
+references are orphans that the next writer removes. Deleted pages stay in the files until the
+next merge; searches mask them. Opening maps the files (no rebuild): milliseconds at any size.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,18 +97,16 @@ def _load(folder: Path, name: str) -> np.ndarray:
 
 
 class _Writer:
-    """Names new files with never-reused numbers taken from the manifest."""
+    """Writes new files under random never-reused names, so that writers working from
+    different manifests (a background retrain and a foreground add) cannot collide."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any] | None):
+    def __init__(self, root: Path):
         self.folder = root / INDEX_DIR
         self.folder.mkdir(exist_ok=True)
-        self.next_file = int(manifest["next_file"]) if manifest else 1
         self.crcs: dict[str, int] = {}
 
     def group(self) -> str:
-        prefix = f"c{self.next_file:08d}"
-        self.next_file += 1
-        return prefix
+        return f"c{secrets.token_hex(6)}"
 
     def part(self, part: _Part, lists: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
         g = self.group()
@@ -186,12 +185,11 @@ def train(
     tokens: np.ndarray,
     *,
     codes: str = "none",
-    previous: dict[str, Any] | None = None,
     seed: int = 0,
     gpu: bool | None = None,
 ) -> dict[str, Any]:
     """Train centroids on the given pages, encode all their tokens, write a new base; returns
-    the manifest to commit (``previous`` only supplies the file numbering)."""
+    the manifest to commit."""
     if codes not in NBITS:
         raise ValueError(f"codes must be one of {tuple(NBITS)}, got {codes!r}")
     total = int(bounds[-1])
@@ -203,7 +201,7 @@ def train(
         np.asarray(tokens[sample], dtype=np.float32), k, seed=seed, gpu=gpu
     )
     k = len(centroids)
-    w = _Writer(root, previous)
+    w = _Writer(root)
     g = w.group()
     manifest: dict[str, Any] = {
         "format": FORMAT,
@@ -232,7 +230,7 @@ def train(
     manifest["base"] = w.part(part, cz.build_lists(part.codes, part.bounds, k))
     manifest["tails"] = []
     w.finish()
-    manifest["next_file"] = w.next_file
+    manifest["id"] = secrets.token_hex(8)
     manifest["crc"] = w.crcs
     return manifest
 
@@ -353,7 +351,7 @@ class CandidateIndex:
         manifest to commit."""
         codes = cz.assign(tokens, self.centroids)
         resid = None if self.codec is None else self.codec.encode(tokens, codes, self.centroids)
-        w = _Writer(self.root, self.manifest)
+        w = _Writer(self.root)
         tail = w.part(_Part(np.asarray(pids, np.int64), np.asarray(bounds), codes, resid), None)
         w.finish()
         return self._updated(w, tails=[*self.manifest["tails"], tail])
@@ -368,13 +366,13 @@ class CandidateIndex:
         if self.base.resid is not None and self.tail.resid is not None:
             resid = np.concatenate([self.base.resid, self.tail.resid])[rows]
         part = _Part(self.slot_pids[keep], bounds, codes, resid)
-        w = _Writer(self.root, self.manifest)
+        w = _Writer(self.root)
         base = w.part(part, cz.build_lists(codes, bounds, self.k))
         w.finish()
         return self._updated(w, base=base, tails=[])
 
     def _updated(self, w: _Writer, **changes: Any) -> dict[str, Any]:
-        manifest = {**self.manifest, **changes, "next_file": w.next_file}
+        manifest = {**self.manifest, **changes, "id": secrets.token_hex(8)}
         names = manifest_files(manifest)
         manifest["crc"] = {
             n: c for n, c in {**self.manifest["crc"], **w.crcs}.items() if n in names

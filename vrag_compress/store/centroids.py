@@ -282,6 +282,25 @@ class ResidualCodec:
         return centroids[codes.astype(np.int64)] + self.weights[dims, buckets]
 
 
+def code_roundtrip(tokens: np.ndarray, codes: str, *, seed: int = 0) -> tuple[np.ndarray, float]:
+    """What a store keeping only centroid + residual codes would rerank with: the tokens after
+    encoding with ``codes`` ("4bit"/"2bit"; "fp16" rounds to half precision), and the bytes
+    stored per token."""
+    x = np.asarray(tokens, dtype=np.float32)
+    if codes == "fp16":
+        return x.astype(np.float16).astype(np.float32), 2.0 * x.shape[1]
+    nbits = {"4bit": 4, "2bit": 2}.get(codes)
+    if nbits is None:
+        raise ValueError(f"codes must be fp16, 4bit or 2bit, got {codes!r}")
+    k = choose_k(len(x))
+    centroids = train_centroids(x[training_sample(len(x), k, seed=seed)], k, seed=seed)
+    ids = assign(x, centroids)
+    codec = ResidualCodec.fit(x - centroids[ids.astype(np.int64)], nbits)
+    decoded = codec.decode(codec.encode(x, ids, centroids), ids, centroids)
+    overhead = centroids.nbytes / len(x)  # the centroid table, shared by all tokens
+    return decoded, codec.bytes_per_token + ids.dtype.itemsize + overhead
+
+
 def _bucketise(r: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
     """Bucket index per value: how many of its dimension's cutoffs it exceeds."""
     out = np.zeros(r.shape, dtype=np.uint8)

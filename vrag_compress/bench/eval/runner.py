@@ -328,10 +328,13 @@ def run_retention(
     seed: int = 0,
     progress: Progress | None = None,
     keep_kept: Callable[[str, float, list], None] | None = None,
+    codes: Sequence[str] = ("fp16",),
 ) -> dict[str, Any]:
     """Run every method at every ratio on the same encodings; returns the JSON-ready result.
 
     ``keep_kept(label, ratio, compressed_pages)`` lets a caller inspect what each method kept.
+    ``codes`` scores the compressed vectors as stored: fp16, or centroid + 4/2-bit residual
+    codes decoded (one result row per code, with the bytes stored per token).
     """
     specs = [MethodSpec.parse(m) for m in methods]
     ratios = [float(r) for r in ratios]
@@ -362,8 +365,19 @@ def run_retention(
             compressed = compressor.compress_many(corpus.pages)
             if keep_kept is not None:
                 keep_kept(spec.label, ratio, compressed)
-            scored = score_and_evaluate(corpus, [c.vectors for c in compressed], eval_ids, qrels)
-            results.append(_result_row(spec.label, ratio, scored, full, pairs, compressed))
+            for code in codes:
+                vectors, per_token = _stored_vectors([c.vectors for c in compressed], code, seed)
+                scored = score_and_evaluate(corpus, vectors, eval_ids, qrels)
+                row = _result_row(spec.label, ratio, scored, full, pairs, compressed)
+                if list(codes) != ["fp16"]:
+                    row["codes"] = code
+                    row["bytes_per_token"] = round(per_token, 2)
+                    row["size_vs_fp16_full"] = (
+                        per_token
+                        * row["tokens_per_doc"]
+                        / (2.0 * corpus.pages[0].vectors.shape[1] * _mean_full_tokens(corpus))
+                    )
+                results.append(row)
             if progress:
                 progress("compressing + scoring", 1)
     return {
@@ -384,6 +398,21 @@ def run_retention(
         "n_layers": corpus.n_layers,
         "tokens_per_doc_full": float(np.mean([p.n_tokens for p in corpus.pages])),
     }
+
+
+def _stored_vectors(
+    pages: list[np.ndarray], code: str, seed: int
+) -> tuple[list[np.ndarray], float]:
+    """The pages' vectors after a round trip through ``code`` and the bytes kept per token."""
+    from vrag_compress.store.centroids import code_roundtrip
+
+    lengths = [len(p) for p in pages]
+    decoded, per_token = code_roundtrip(np.concatenate(pages), code, seed=seed)
+    return np.split(decoded, np.cumsum(lengths)[:-1]), per_token
+
+
+def _mean_full_tokens(corpus: EncodedCorpus) -> float:
+    return float(np.mean([p.n_tokens for p in corpus.pages]))
 
 
 def _result_row(
