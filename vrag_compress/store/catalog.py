@@ -74,15 +74,18 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
 
 
 def create_catalog(path: Path, meta: dict[str, Any]) -> None:
-    """Write a fresh catalog in WAL mode with the given meta values (JSON-encoded)."""
+    """Write a fresh catalog in WAL mode with the given meta values (JSON-encoded), checksummed."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.executescript(f"BEGIN; {SCHEMA} COMMIT;")
+        conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO meta(key, value) VALUES (?, ?)",
             [(k, json.dumps(v)) for k, v in meta.items()],
         )
+        seal_meta(conn)
+        conn.execute("COMMIT")
     finally:
         conn.close()
 
@@ -119,7 +122,34 @@ def transaction(conn: sqlite3.Connection, path: Path, *, write: bool) -> Iterato
 
 
 def read_meta(conn: sqlite3.Connection) -> dict[str, Any]:
-    return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+    return {
+        k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta") if k != META_CRC
+    }
+
+
+# The meta row holding a CRC over every other meta row: a hand edit of the config, the schema
+# version or the segment counter is caught like a damaged page row.
+META_CRC = "meta_crc"
+
+
+def meta_crc(conn: sqlite3.Connection) -> int:
+    rows = conn.execute("SELECT key, value FROM meta WHERE key != ? ORDER BY key", (META_CRC,))
+    return _crc([list(r) for r in rows])
+
+
+def seal_meta(conn: sqlite3.Connection) -> None:
+    """Store the meta checksum (inside the caller's write transaction)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (META_CRC, str(meta_crc(conn)))
+    )
+
+
+def meta_problem(conn: sqlite3.Connection) -> str | None:
+    """Why the meta table cannot be trusted, or None (stores made before the checksum pass)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_CRC,)).fetchone()
+    if row is not None and row[0] != str(meta_crc(conn)):
+        return "the meta table (config, schema, counters) fails its checksum (edited by hand?)"
+    return None
 
 
 def write_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
@@ -218,6 +248,7 @@ class Catalog:
             try:
                 yield conn
                 write_meta(conn, "generation", generation(conn) + 1)
+                seal_meta(conn)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -238,15 +269,24 @@ class Catalog:
 
 
 def load_meta(catalog: Catalog) -> dict[str, Any]:
-    """The meta table, checked for the entries every store needs and a schema we can read."""
-    with catalog.read() as conn:
+    """The meta table, checked for its checksum, the entries every store needs, their types and
+    a schema we can read."""
+    with catalog.snapshot() as conn:
+        problem = meta_problem(conn)
         try:
             meta = read_meta(conn)
         except (ValueError, TypeError) as exc:
             raise StoreCorruptError(str(catalog.path), f"unreadable meta: {exc}") from exc
+    if problem:
+        raise StoreCorruptError(str(catalog.path), problem)
     for key in ("schema_version", "config", "generation", "next_segment_id"):
         if key not in meta:
             raise StoreCorruptError(str(catalog.path), f"meta entry {key!r} is missing")
+    for key in ("schema_version", "generation", "next_segment_id"):
+        if type(meta[key]) is not int or meta[key] < 0:
+            raise StoreCorruptError(
+                str(catalog.path), f"meta entry {key!r} is {meta[key]!r}, not a whole number"
+            )
     if meta["schema_version"] > SCHEMA_VERSION:
         raise StoreError(
             f"store {catalog.path.parent} has schema {meta['schema_version']}, newer than "
@@ -267,11 +307,24 @@ def generation(conn: sqlite3.Connection) -> int:
 
 
 def take_segment_id(conn: sqlite3.Connection) -> int:
-    """A never-used segment id (the counter moves on inside the caller's write transaction)."""
+    """A never-used segment id (the counter moves on inside the caller's write transaction).
+
+    Never one the catalog still references, whatever the counter says: a reused id would make
+    the writer clear, and compaction unlink, a live segment."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'next_segment_id'").fetchone()
-    seg_id = int(json.loads(row[0]))
+    seg_id = max(int(json.loads(row[0])), max_segment_id(conn) + 1)
     write_meta(conn, "next_segment_id", seg_id + 1)
     return seg_id
+
+
+def max_segment_id(conn: sqlite3.Connection) -> int:
+    """The largest segment id the catalog references (0 when there is none)."""
+    ids = conn.execute(
+        "SELECT max(id) FROM (SELECT max(segment_id) AS id FROM segments "
+        "UNION ALL SELECT max(segment_id) FROM pages "
+        "UNION ALL SELECT max(segment_id) FROM tombstones)"
+    ).fetchone()[0]
+    return int(ids or 0)
 
 
 # ----------------------------------------------------------------------------- segments
@@ -455,7 +508,19 @@ def documents_for_check(conn: sqlite3.Connection) -> sqlite3.Cursor:
 
 def _document(row: tuple) -> DocumentRecord:
     doc_id, source, content_hash, n_pages, complete, meta = row
-    return DocumentRecord(doc_id, source, content_hash, n_pages, bool(complete), json.loads(meta))
+    metadata = metadata_dict(meta, f"document {doc_id!r}")
+    return DocumentRecord(doc_id, source, content_hash, n_pages, bool(complete), metadata)
+
+
+def metadata_dict(text: str, where: str) -> dict[str, Any]:
+    """A stored metadata JSON object; anything else is a damaged catalog, said so clearly."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreCorruptError(CATALOG_NAME, f"{where} has unreadable metadata ({exc})") from exc
+    if not isinstance(value, dict):
+        raise StoreCorruptError(CATALOG_NAME, f"{where} has metadata that is not a JSON object")
+    return value
 
 
 # ----------------------------------------------------------------------------- SQLite checks

@@ -1,27 +1,44 @@
 """Integrity of a `LocalStore`: the full `verify`, the cheap checks on every open, and the
 writer's recovery of what a crash leaves behind (torn segment tails, orphan segment files).
+
+Checks read the catalog in one read transaction (one snapshot), so a writer committing meanwhile
+cannot make a healthy store look damaged. Segment files are not in that snapshot: a compaction
+may replace them after it. So when a check finds a problem and a writer has committed since the
+snapshot began, the check runs again on a fresh one; only a problem that holds still is reported.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import segments as seg
-from vrag_compress.store.base import StoreCorruptError, VerifyReport
+from vrag_compress.store.base import StoreCorruptError, StoreError, VerifyReport
 from vrag_compress.store.context import StoreContext
+
+T = TypeVar("T")
+# Fresh snapshots a check takes when writers keep committing under it.
+_ATTEMPTS = 8
 
 
 def verify(ctx: StoreContext) -> VerifyReport:
-    """Full check: SQLite integrity, row and vector CRCs, ranges, segment sizes."""
+    """Full check: SQLite integrity, meta checksum, row and vector CRCs, ranges, segment sizes."""
+    return _stable(ctx, lambda: _verify_once(ctx), lambda r: not r.ok)
+
+
+def _verify_once(ctx: StoreContext) -> VerifyReport:
     problems: list[str] = []
     notes: list[str] = []
     with ctx.catalog.mutex:
         try:
-            with ctx.catalog.read() as conn:
+            with ctx.catalog.snapshot() as conn:
                 bad = cat.integrity_problems(conn, quick=False)
                 if bad:
                     problems.append(f"{ctx.catalog.path}: integrity_check: " + "; ".join(bad[:5]))
+                _check_meta(ctx, conn, problems)
                 n_docs = _check_documents(ctx, conn, problems)
                 stats = _check_pages(ctx, conn, problems, notes, full=True)
         except StoreCorruptError as exc:
@@ -40,21 +57,65 @@ def verify(ctx: StoreContext) -> VerifyReport:
 
 def check_on_open(ctx: StoreContext) -> None:
     """Cheap checks on every open: catalog quick_check, segment sizes, CRCs for small stores."""
-    problems: list[str] = []
-    with ctx.catalog.read() as conn:
-        bad = cat.integrity_problems(conn, quick=True)
-        if bad:
-            raise StoreCorruptError(str(ctx.catalog.path), f"quick_check: {bad[0]}")
-        live = cat.live_vectors(conn)
-        full = live * ctx.row_bytes <= ctx.options.verify_on_open_max_bytes
-        if full:
-            _check_documents(ctx, conn, problems)
-        _check_pages(ctx, conn, problems, [], full=full)
+    problems = _stable(ctx, lambda: _open_problems(ctx), bool)
     if problems:
         file, _, detail = problems[0].partition(": ")
         raise StoreCorruptError(
             file,
             detail + (f" (+{len(problems) - 1} more problems)" if len(problems) > 1 else ""),
+        )
+
+
+def _open_problems(ctx: StoreContext) -> list[str]:
+    problems: list[str] = []
+    with ctx.catalog.snapshot() as conn:
+        bad = cat.integrity_problems(conn, quick=True)
+        if bad:
+            return [f"{ctx.catalog.path}: quick_check: {bad[0]}"]
+        live = cat.live_vectors(conn)
+        full = live * ctx.row_bytes <= ctx.options.verify_on_open_max_bytes
+        _check_meta(ctx, conn, problems)
+        if full:
+            _check_documents(ctx, conn, problems)
+        _check_pages(ctx, conn, problems, [], full=full)
+    return problems
+
+
+def _stable(ctx: StoreContext, check: Callable[[], T], failed: Callable[[T], bool]) -> T:
+    """Run ``check`` until it passes, or fails on a snapshot no writer moved past meanwhile."""
+    result: T | None = None
+    for attempt in range(_ATTEMPTS):
+        before = _generation(ctx)
+        try:
+            result = check()
+        except FileNotFoundError:  # a segment vanished between the snapshot and the read
+            ctx.maps.clear()
+            time.sleep(0.01 * (attempt + 1))
+            continue
+        if not failed(result) or _generation(ctx) == before:
+            return result
+        ctx.maps.clear()
+    if result is None:
+        raise StoreError(f"segments of {ctx.root} kept disappearing during the check; retry")
+    return result
+
+
+def _generation(ctx: StoreContext) -> int:
+    with ctx.catalog.read() as conn:
+        return cat.generation(conn)
+
+
+def _check_meta(ctx: StoreContext, conn: sqlite3.Connection, problems: list[str]) -> None:
+    where = str(ctx.catalog.path)
+    problem = cat.meta_problem(conn)
+    if problem:
+        problems.append(f"{where}: {problem}")
+        return
+    meta = cat.read_meta(conn)
+    next_id, last = meta.get("next_segment_id"), cat.max_segment_id(conn)
+    if not isinstance(next_id, int) or next_id <= last:
+        problems.append(
+            f"{where}: meta next_segment_id={next_id!r} would reuse live segment ids (up to {last})"
         )
 
 
@@ -75,7 +136,16 @@ def _check_documents(ctx: StoreContext, conn: sqlite3.Connection, problems: list
         n += 1
         if cat.doc_row_crc(doc_id, source, chash, n_pages, complete, meta) != crc:
             problems.append(f"{ctx.catalog.path}: document row {doc_id!r} fails its checksum")
+            continue
+        _check_metadata(ctx, meta, f"document {doc_id!r}", problems)
     return n
+
+
+def _check_metadata(ctx: StoreContext, meta: str, where: str, problems: list[str]) -> None:
+    try:
+        cat.metadata_dict(meta, where)
+    except StoreCorruptError as exc:
+        problems.append(f"{ctx.catalog.path}: {exc.detail}")
 
 
 def _check_pages(
@@ -114,7 +184,11 @@ def _check_segment_files(
         if sid not in on_disk:
             problems.append(f"{path}: segment file is missing")
             continue
-        size = path.stat().st_size
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            problems.append(f"{path}: segment file is missing")
+            continue
         if size < need:
             problems.append(f"{path}: is {size} bytes, catalog expects {need} (truncated)")
             continue
@@ -144,6 +218,8 @@ def _check_page_row(
     ):
         problems.append(f"{where} fails its row checksum (damaged catalog record)")
         return
+    if full:
+        _check_metadata(ctx, meta, f"page {page_id!r}", problems)
     if sid not in seg_rows or n < 1 or off < prev_end.get(sid, 0) or off + n > seg_rows[sid]:
         problems.append(f"{where} points outside the committed rows of segment {sid}")
         return

@@ -66,6 +66,60 @@ _Snapshot = Snapshot
 __all__ = ["LOCK_NAME", "LocalStore", "StoreOptions"]
 
 
+# Suffix of a catalog being built by `create` (pid and a random tag follow).
+_CREATING = ".creating-"
+
+
+def is_empty_or_leftover(root: Path) -> bool:
+    """Whether ``root`` holds nothing but what an interrupted `create` leaves behind (an empty
+    segments folder, a half-built catalog, the lock file); such leftovers are cleared."""
+    building: list[Path] = []
+    for entry in root.iterdir():
+        name = entry.name
+        if name == seg.SEGMENT_DIR and entry.is_dir() and not any(entry.iterdir()):
+            continue
+        if name.startswith(cat.CATALOG_NAME + _CREATING):
+            building.append(entry)
+        elif name != LOCK_NAME:
+            return False
+    for entry in building:
+        if not _alive(entry.name[len(cat.CATALOG_NAME + _CREATING) :].split("-")[0]):
+            entry.unlink(missing_ok=True)  # its creator died; a live one's file is its own
+    return True
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _claim(tmp: Path, catalog: Path) -> None:
+    """Give the finished catalog its real name unless another creator already did (atomic)."""
+    try:
+        os.link(tmp, catalog)
+    except FileExistsError:
+        raise StoreExistsError(
+            f"{catalog.parent} was created by another process at the same time"
+        ) from None
+    except OSError:  # a file system without hard links: a last check, then an atomic rename
+        if catalog.exists():
+            raise StoreExistsError(f"{catalog.parent} already holds a store") from None
+        os.replace(tmp, catalog)
+
+
 class LocalStore:
     """Embedded multi-vector store; build with `LocalStore.create` or `LocalStore.open`."""
 
@@ -99,26 +153,34 @@ class LocalStore:
     def create(
         cls, path: str | os.PathLike[str], config: dict[str, Any], **options: Any
     ) -> LocalStore:
-        """A new, empty store at ``path`` (a new or empty directory) recording ``config``."""
+        """A new, empty store at ``path`` (a new or empty directory) recording ``config``.
+
+        All or nothing: the catalog is built under a name of its own and appears under its real
+        name in one atomic step, so a crash leaves no store (only leftovers that the next create
+        clears), and of several processes creating one store at once exactly one succeeds."""
         config = check_config(config)
         root = Path(path)
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        if root.exists() and (not root.is_dir() or not is_empty_or_leftover(root)):
             raise StoreExistsError(f"{root} already exists and is not an empty directory")
         (root / seg.SEGMENT_DIR).mkdir(parents=True, exist_ok=True)
-        tmp = root / (cat.CATALOG_NAME + ".tmp")
-        cat.create_catalog(
-            tmp,
-            {
-                "schema_version": cat.SCHEMA_VERSION,
-                "config": config,
-                "library_version": __version__,
-                "created_at": time.time(),
-                "generation": 0,
-                "next_segment_id": 1,
-            },
-        )
-        os.replace(tmp, root / cat.CATALOG_NAME)
-        seg.fsync_dir(root)
+        tmp = root / f"{cat.CATALOG_NAME}{_CREATING}{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            cat.create_catalog(
+                tmp,
+                {
+                    "schema_version": cat.SCHEMA_VERSION,
+                    "config": config,
+                    "library_version": __version__,
+                    "created_at": time.time(),
+                    "generation": 0,
+                    "next_segment_id": 1,
+                },
+            )
+            _fsync_file(tmp)
+            _claim(tmp, root / cat.CATALOG_NAME)
+            seg.fsync_dir(root)
+        finally:
+            tmp.unlink(missing_ok=True)
         return cls.open(root, **options)
 
     @classmethod
@@ -135,7 +197,12 @@ class LocalStore:
         if not (root / cat.CATALOG_NAME).is_file():
             raise StoreNotFoundError(f"no store at {root} (missing {cat.CATALOG_NAME}); create one")
         lock = None if readonly else WriterLock(root)
-        store = cls(root, readonly=readonly, options=StoreOptions(**options), lock=lock)
+        try:
+            store = cls(root, readonly=readonly, options=StoreOptions(**options), lock=lock)
+        except BaseException:
+            if lock is not None:  # a failed open must not keep the folder locked
+                lock.release()
+            raise
         if expect:
             try:
                 store._check_expect(expect)
@@ -254,7 +321,8 @@ class LocalStore:
                 str(self._ctx.segment_path(seg_id)), f"checksum mismatch for page {page_id!r}"
             )
         vectors = np.asarray(vec, dtype=np.float32)
-        return PageRecord(page_id, doc_id, page_no, vectors, json.loads(meta), image_ref, text)
+        metadata = cat.metadata_dict(meta, f"page {page_id!r}")
+        return PageRecord(page_id, doc_id, page_no, vectors, metadata, image_ref, text)
 
     def documents(self) -> list[DocumentRecord]:
         with self._ctx.catalog.read() as conn:

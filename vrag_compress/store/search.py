@@ -8,7 +8,6 @@ exact search costs one matrix product of a few tens of milliseconds, else two-st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,4 +151,5 @@ class Searcher:
 
 def _result(row: tuple, score: float) -> SearchResult:
     _, page_id, doc_id, page_no, meta, image_ref, text = row
-    return SearchResult(page_id, doc_id, page_no, score, json.loads(meta), image_ref, text)
+    metadata = cat.metadata_dict(meta, f"page {page_id!r}")
+    return SearchResult(page_id, doc_id, page_no, score, metadata, image_ref, text)
