@@ -123,3 +123,25 @@ def _with_legend(image: Image.Image, peak: float, layout: str | None, regions: b
     out.paste(image, (0, 0))
     out.paste(strip, (0, image.height))
     return out
+
+
+def layout_legend_text(layout: dict[str, Any]) -> str:
+    """What the marks of `draw_layout` mean, with the page's own counts."""
+    grid = layout["grid"]
+    n = int(grid[0]) * int(grid[1])
+    if "kept" in layout:
+        return f"red outline: kept patch ({len(layout['kept'])} of {n}); pale: dropped"
+    if "assignment" in layout:
+        groups = len(np.unique(layout["assignment"]))
+        return f"each colour: one merged vector ({groups} from {n} patches)"
+    return f"{n} patches"
+
+
+def with_layout_legend(drawn: Image.Image, layout: dict[str, Any]) -> Image.Image:
+    """`drawn` (from `draw_layout`) with a strip below that explains the marks."""
+    strip = Image.new("RGB", (drawn.width, 24), (255, 255, 255))
+    ImageDraw.Draw(strip).text((8, 6), layout_legend_text(layout), fill=(0, 0, 0))
+    out = Image.new("RGB", (drawn.width, drawn.height + strip.height), (255, 255, 255))
+    out.paste(drawn, (0, 0))
+    out.paste(strip, (0, drawn.height))
+    return out

@@ -6,12 +6,33 @@ import typer
 
 from vrag_compress.bench.app import bench_app
 
+# Plain help (no rich markup): square brackets in help ("the [ocr] extra") stay text, and flags
+# are not shown with a "<bool>" type.
 app = typer.Typer(
     name="vrag",
     help="Index PDFs and page images with compressed ColPali-family embeddings and search them.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
 app.add_typer(bench_app, name="bench")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from vrag_compress.version import __version__
+
+        typer.echo(f"vrag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Index PDFs and page images with compressed ColPali-family embeddings and search them."""
+
 
 __all__ = ["app", "bench_app"]

@@ -27,14 +27,16 @@ def calibrate(
     model: str = typer.Option(..., "--model", help="Model id, local folder or tiny-* name."),
     pairs: int = typer.Option(500, "--pairs", min=1, help="Use at most this many pairs."),
     ratio: float = typer.Option(0.1, "--ratio", help="Keep ratio gamma_cal for the SR curve."),
-    rho: float = typer.Option(0.2, "--rho", help="Relative window width (SPEC §6)."),
+    rho: float = typer.Option(
+        0.2, "--rho", help="Relative window width (the window spans ceil(rho * layers))."
+    ),
     out_path: Path = typer.Option(Path("profile.json"), "--out", help="Profile JSON to write."),
     plot: Path | None = typer.Option(None, "--plot", help="Also write the SR curve as a PNG."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda[:N] or mps."),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="Pages per forward pass."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write a JSON summary here."),
 ) -> None:
-    """Per-layer Score Retention of single-layer SAP, then the SPEC §6 window -> profile JSON."""
+    """Per-layer Score Retention of single-layer SAP, then the SAP layer window -> profile JSON."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vrag_compress.calibrate import (
         CalibrationError,

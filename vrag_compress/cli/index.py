@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,10 +17,26 @@ from rich.markup import escape
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.cli.options import (
+    RENDERERS,
+    SEARCH_MODES,
+    build_compressor,
+    check_choice,
+    check_ratio,
+    file_name,
+    parse_method,
+    parse_pairs,
+    parse_value,
+    resolve_document,
+    snippet,
+)
 from vrag_compress.encoders.errors import EncoderLoadError
 
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
+EXIT_INTERRUPTED = 130
+
+__all__ = ["parse_pairs", "parse_value", "snippet"]  # kept importable from here
 
 out = Console()
 err = Console(stderr=True)
@@ -28,31 +44,13 @@ err = Console(stderr=True)
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(EXIT_FAILED)
 
 
 def emit_json(payload: Any) -> None:
     typer.echo(json.dumps(payload, indent=2, default=str))
-
-
-def parse_value(text: str) -> Any:
-    """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
-        result[key] = parse_value(value)
-    return result
 
 
 def parse_filter(filters: list[str]) -> dict[str, Any] | None:
@@ -92,7 +90,9 @@ def open_index(
 @app.command()
 def index(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="PDF or image files, or folders of them."),
+    paths: list[Path] = typer.Argument(
+        ..., metavar="PATHS...", help="PDF or image files, or folders of them."
+    ),
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
         "vidore/colqwen2-v1.0",
@@ -100,7 +100,14 @@ def index(
         "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
         "tiny-colpali (random, tests only).",
     ),
-    method: str = typer.Option("sap", help="Compression method (see `vrag methods`)."),
+    method: str = typer.Option(
+        "sap",
+        help="Compression method (see `vrag methods`), optionally with parameters: "
+        "uot:epsilon=0.01:rho=3.",
+    ),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", help="KEY=VALUE parameter of the method (repeat), e.g. epsilon=0.01."
+    ),
     ratio: float = typer.Option(0.1, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."),
     profile: Path | None = typer.Option(
         None, help="SAP layer-window profile JSON written by `vrag calibrate`."
@@ -108,7 +115,14 @@ def index(
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     batch_size: int = typer.Option(4, help="Pages per encode/compress/commit batch."),
     metadata: list[str] = typer.Option([], "--metadata", "-m", help="KEY=VALUE on every page."),
-    no_images: bool = typer.Option(False, help="Store only references to the source files."),
+    no_images: bool = typer.Option(
+        False, "--no-images", help="Store only references to the source files, not page images."
+    ),
+    image_max_side: int = typer.Option(
+        1280, "--image-max-side", min=64, help="Longest side of stored page images, in pixels."
+    ),
+    dpi: int = typer.Option(150, "--dpi", min=36, max=600, help="PDF rendering resolution."),
+    renderer: str = typer.Option("pypdfium2", help="PDF renderer: pypdfium2 or pdf2image."),
     store: str | None = StoreOpt,
     ocr: str = typer.Option(
         "auto",
@@ -117,13 +131,21 @@ def index(
     ),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Index files into a compressed multi-vector index (re-running skips unchanged files)."""
+    """Index files into a compressed multi-vector index (re-running skips unchanged files;
+    Ctrl-C keeps the committed pages and a re-run resumes)."""
     page_ocr = _page_ocr(ocr)
     from vrag_compress.encoders import ModelNotFoundError
     from vrag_compress.index import VisualIndex
 
     extra = parse_pairs(metadata, "--metadata")
-    compressor = _compressor(method, ratio, profile)
+    check_choice(renderer, RENDERERS, "--renderer")
+    compressor = _compressor(*parse_method(method, param), check_ratio(ratio), profile)
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise typer.BadParameter(
+            f"no such file or folder: {', '.join(missing)}", param_hint="PATHS"
+        )
+    vindex = None
     try:
         if VisualIndex.exists(index_dir):
             given = _explicit(ctx, "model") and model != "auto"
@@ -141,13 +163,25 @@ def index(
                 ratio=ratio,
                 device=device,
                 batch_size=batch_size,
+                dpi=dpi,
+                renderer=renderer,
                 store_images=not no_images,
+                image_max_side=image_max_side,
                 store=store,
             )
         with vindex:
-            report = vindex.add(paths, metadata=extra, progress=not json_out, ocr=page_ocr)
+            before = vindex.store.count()
+            try:
+                report = vindex.add(paths, metadata=extra, progress=not json_out, ocr=page_ocr)
+            except KeyboardInterrupt:
+                _interrupted(vindex, vindex.store.count() - before)
+    except typer.Exit:
+        raise
     except ModelNotFoundError as error:
         fail(str(error))
+    except KeyboardInterrupt:  # before any page was committed (loading the model)
+        err.print("interrupted: nothing was indexed")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:  # surface any pipeline failure as one clear line
         fail(f"{type(error).__name__}: {error}")
     if json_out:
@@ -156,6 +190,16 @@ def index(
         _print_report(report)
     if report.failures:
         raise typer.Exit(EXIT_PARTIAL)
+
+
+def _interrupted(vindex: Any, committed: int) -> None:
+    """Ctrl-C during `add`: every finished batch is already committed; say so and exit 130."""
+    err.print(
+        f"interrupted: {committed} pages committed to {vindex.path} "
+        f"({vindex.store.count()} in the index); run the same command again to resume "
+        "(indexed pages are not redone)"
+    )
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _auto_encoder(device: str, batch_size: int) -> Any:
@@ -176,7 +220,17 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
     """Creation options given for an index that already exists have no effect: say so."""
     ignored = [
         f"--{name.replace('_', '-')}"
-        for name in ("method", "ratio", "profile", "batch_size", "no_images")
+        for name in (
+            "method",
+            "param",
+            "ratio",
+            "profile",
+            "batch_size",
+            "no_images",
+            "image_max_side",
+            "dpi",
+            "renderer",
+        )
         if _explicit(ctx, name)
     ]
     if ignored:
@@ -224,11 +278,12 @@ def _page_ocr(mode: str) -> Any:
     return page_ocr
 
 
-def _compressor(method: str, ratio: float, profile: Path | None) -> Any:
-    """The method name as given, or a SAP compressor built from a calibration profile."""
+def _compressor(method: str, params: dict[str, Any], ratio: float, profile: Path | None) -> Any:
+    """The method name, a compressor built with the given parameters, or a SAP compressor built
+    from a calibration profile."""
     if profile is None:
-        return method
-    if method != "sap":
+        return build_compressor(method, params, ratio)
+    if method != "sap" or params:
         raise typer.BadParameter("--profile is a SAP layer window; use it with --method sap")
     from vrag_compress.compress import get_compressor
 
@@ -259,15 +314,16 @@ def methods(json_out: bool = JsonOpt) -> None:
 
 @app.command()
 def search(
-    index_dir: Path = typer.Argument(..., help="Index folder."),
-    query: str = typer.Argument(..., help="The question or keywords."),
-    k: int = typer.Option(5, "-k", help="Number of pages to return."),
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    query: str = typer.Argument(..., metavar="QUERY", help="The question or keywords."),
+    k: int = typer.Option(5, "-k", min=1, help="Number of pages to return."),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
     mode: str = typer.Option("auto", help="auto, exact or two_stage."),
     store: str | None = StoreOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    """Search an index; prints the best pages with their scores."""
+    """Search an index; prints the best pages: score, file, page and a snippet of the text."""
+    check_choice(mode, SEARCH_MODES, "--mode")
     where = parse_filter(filter)
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
@@ -285,42 +341,23 @@ def search(
         table.add_row(
             str(rank),
             f"{hit.score:.3f}",
-            escape(_file_name(hit)),
+            escape(file_name(hit)),
             str(hit.page_no),
             escape(snippet(hit.text, query)),
         )
     out.print(table)
 
 
-def _file_name(hit: Any) -> str:
-    name = hit.metadata.get("filename")
-    return name or (Path(hit.source).name if hit.source else hit.doc_id)
-
-
-def snippet(text: str | None, query: str, width: int = 90) -> str:
-    """About `width` characters of the page text around the first query word found in it
-    (longest words first), else its beginning; whitespace collapsed."""
-    flat = " ".join((text or "").split())
-    if not flat:
-        return "(no text)"
-    lower = flat.lower()
-    words = sorted({w.strip(".,;:!?\"'()").lower() for w in query.split()}, key=len, reverse=True)
-    found = [lower.find(w) for w in words if len(w) > 2 and lower.find(w) >= 0]
-    start = max(0, found[0] - width // 3) if found else 0
-    piece = flat[start : start + width]
-    prefix = "…" if start > 0 else ""
-    suffix = "…" if start + width < len(flat) else ""
-    return f"{prefix}{piece}{suffix}"
-
-
 @app.command()
 def ask(
-    index_dir: Path = typer.Argument(..., help="Index folder."),
-    question: str = typer.Argument(..., help="The question to answer from the pages."),
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    question: str = typer.Argument(
+        ..., metavar="QUESTION", help="The question to answer from the pages."
+    ),
     llm: str = typer.Option(
         None, help="PROVIDER:MODEL for LangChain's init_chat_model (or env VRAG_LLM)."
     ),
-    k: int = typer.Option(3, "-k", help="Pages to send to the model."),
+    k: int = typer.Option(3, "-k", min=1, help="Pages to send to the model."),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -353,9 +390,10 @@ def ask(
 
 @app.command()
 def info(
-    index_dir: Path = typer.Argument(..., help="Index folder."), json_out: bool = JsonOpt
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    json_out: bool = JsonOpt,
 ) -> None:
-    """Show the model, compressor, counts and size of an index."""
+    """Show the model, compressor, counts and size of an index, and list its documents."""
     with open_index(index_dir, readonly=True) as vindex:
         details = vindex.info()
         docs = [
@@ -367,11 +405,26 @@ def info(
         return
     for key, value in details.items():
         out.print(f"[bold]{key}[/]: {escape(str(value))}")
+    table = Table("file", "pages", "doc id", "status", title="documents", title_justify="left")
+    for doc in docs:
+        name = Path(doc["source"]).name if doc["source"] else "-"
+        status = "complete" if doc["complete"] else "incomplete (re-run `vrag index` to resume)"
+        table.add_row(escape(name), str(doc["n_pages"] or "?"), doc["doc_id"], status)
+    out.print(table)
+
+
+def _document(vindex: Any, name: str) -> str:
+    """The doc id for a doc id, file name or source path given on the command line."""
+    try:
+        return resolve_document(vindex.documents(), name)
+    except LookupError as error:
+        fail(f"{vindex.path}: {error}")
 
 
 @app.command()
 def verify(
-    index_dir: Path = typer.Argument(..., help="Index folder."), json_out: bool = JsonOpt
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    json_out: bool = JsonOpt,
 ) -> None:
     """Check checksums and catalog/segment agreement; exit 1 when a problem is found."""
     with open_index(index_dir, readonly=True) as vindex:
@@ -390,12 +443,15 @@ def verify(
 
 @app.command()
 def delete(
-    index_dir: Path = typer.Argument(..., help="Index folder."),
-    doc_id: str = typer.Argument(..., help="Document id (see `vrag info`)."),
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    document: str = typer.Argument(
+        ..., metavar="DOCUMENT", help="File name, source path or doc id (see `vrag info`)."
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Delete one document's pages from an index."""
     with open_index(index_dir) as vindex:
+        doc_id = _document(vindex, document)
         removed = vindex.delete(doc_id)
     if removed == 0:
         if json_out:
@@ -409,9 +465,11 @@ def delete(
 
 @app.command()
 def show(
-    index_dir: Path = typer.Argument(..., help="Index folder."),
-    doc_id: str = typer.Argument(..., help="Document id."),
-    page: int = typer.Argument(..., help="Page number (1-based)."),
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    document: str = typer.Argument(
+        ..., metavar="DOCUMENT", help="File name, source path or doc id (see `vrag info`)."
+    ),
+    page: int = typer.Argument(..., metavar="PAGE", min=1, help="Page number (1-based)."),
     out_path: Path = typer.Option(Path("page.png"), "--out", "-o", help="PNG to write."),
     query: str | None = typer.Option(
         None, "--query", "-q", help="Draw where this query matched the page (a heatmap)."
@@ -423,10 +481,16 @@ def show(
 ) -> None:
     """Draw a page with the patches compression kept (SAP) or merged (UOT), or with --query the
     heatmap of each patch's share of the match score and the matched regions."""
-    from vrag_compress.visualize import draw_heatmap, draw_layout
+    from vrag_compress.visualize import (
+        draw_heatmap,
+        draw_layout,
+        layout_legend_text,
+        with_layout_legend,
+    )
 
-    summary: dict[str, Any] = {"out": str(out_path), "doc_id": doc_id, "page_no": page}
     with open_index(index_dir, readonly=True) as vindex:
+        doc_id = _document(vindex, document)
+        summary: dict[str, Any] = {"out": str(out_path), "doc_id": doc_id, "page_no": page}
         try:
             image = vindex.page_image(doc_id, page)
             explanation = vindex.explain(query, doc_id, page) if query else None
@@ -436,8 +500,17 @@ def show(
             fail(str(error))
         layout = vindex.page_layout(doc_id, page)
     summary["layout"] = None if layout is None else ("kept" if "kept" in layout else "assignment")
-    if explanation is None:
-        drawn = draw_layout(image, layout) if layout else image
+    if explanation is None and layout is None:
+        drawn = image
+        summary["note"] = (
+            "no patch layout is stored for this page (text encoders such as minilm, or models "
+            "without a patch grid); wrote the page image as is"
+        )
+        if not json_out:
+            err.print(f"note: {summary['note']}", markup=False)
+    elif explanation is None:
+        drawn = with_layout_legend(draw_layout(image, layout), layout)
+        summary["legend"] = layout_legend_text(layout)
     elif explanation.heat is None:
         fail(f"page {page} of {doc_id} has no patch layout to draw a heatmap on")
     else:

@@ -1,0 +1,124 @@
+"""Checking and resolving what users type: methods with parameters, ratios, document names.
+
+Bad values raise `typer.BadParameter`, which exits 2 (bad usage) with the option named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+SEARCH_MODES = ("auto", "exact", "two_stage")
+RENDERERS = ("pypdfium2", "pdf2image")
+
+
+def parse_value(text: str) -> Any:
+    """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        result[key.strip()] = parse_value(value)
+    return result
+
+
+def parse_method(method: str, params: list[str]) -> tuple[str, dict[str, Any]]:
+    """`uot:epsilon=0.01:rho=3` and/or `--param epsilon=0.01` → ("uot", {"epsilon": 0.01, ...})."""
+    from vrag_compress.compress import list_compressors
+
+    name, _, inline = method.strip().partition(":")
+    known = list_compressors()
+    if name not in known:
+        raise typer.BadParameter(
+            f"unknown method {name!r}; choose one of {', '.join(known)}", param_hint="--method"
+        )
+    merged = parse_pairs([p for p in inline.split(":") if p], "--method")
+    merged.update(parse_pairs(params, "--param"))
+    if "ratio" in merged:
+        raise typer.BadParameter("give the keep ratio with --ratio", param_hint="--param")
+    return name, merged
+
+
+def check_ratio(ratio: float) -> float:
+    if not 0.0 < ratio <= 1.0:
+        raise typer.BadParameter(f"must be in (0, 1], got {ratio}", param_hint="--ratio")
+    return ratio
+
+
+def check_choice(value: str, choices: tuple[str, ...], option: str) -> str:
+    if value not in choices:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}", param_hint=option)
+    return value
+
+
+def build_compressor(name: str, params: dict[str, Any], ratio: float) -> Any:
+    """A compressor object when parameters were given (checked now, exit 2 when bad); else the
+    bare name, so the index picks the model's SAP window itself."""
+    from vrag_compress.compress import get_compressor
+
+    if name == "adaptive-eos" and "kappa" not in params:
+        raise typer.BadParameter(
+            "adaptive-eos keeps tokens above an attention z-score: add --param kappa=K "
+            "(e.g. kappa=1.0)",
+            param_hint="--method",
+        )
+    try:
+        compressor = get_compressor(name, ratio=ratio, **params) if name != "identity" else None
+        if name == "identity" and params:
+            raise ValueError("identity takes no parameters")
+    except (ValueError, TypeError) as error:
+        raise typer.BadParameter(str(error), param_hint="--param") from error
+    return compressor if params else name
+
+
+def file_name(hit: Any) -> str:
+    name = hit.metadata.get("filename")
+    return name or (Path(hit.source).name if hit.source else hit.doc_id)
+
+
+def snippet(text: str | None, query: str, width: int = 90) -> str:
+    """About `width` characters of the page text around the first query word found in it
+    (longest words first), else its beginning; whitespace collapsed."""
+    flat = " ".join((text or "").split())
+    if not flat:
+        return "(no text)"
+    lower = flat.lower()
+    words = sorted({w.strip(".,;:!?\"'()").lower() for w in query.split()}, key=len, reverse=True)
+    found = [lower.find(w) for w in words if len(w) > 2 and lower.find(w) >= 0]
+    start = max(0, found[0] - width // 3) if found else 0
+    piece = flat[start : start + width]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + width < len(flat) else ""
+    return f"{prefix}{piece}{suffix}"
+
+
+def resolve_document(documents: list[Any], name: str) -> str:
+    """The doc id a user means: a doc id, a file name, or a path of an indexed source file.
+
+    Raises `LookupError` with the choices when nothing or more than one document matches."""
+    if any(d.doc_id == name for d in documents):
+        return name
+    target = Path(name).expanduser()
+    resolved = str(target.resolve()) if target.exists() else None
+    matches = [
+        d
+        for d in documents
+        if d.source and (Path(d.source).name == name or d.source in (name, resolved))
+    ]
+    if len(matches) == 1:
+        return matches[0].doc_id
+    if not matches:
+        raise LookupError(f"no document {name!r} in this index (`vrag info` lists them)")
+    listed = ", ".join(f"{d.doc_id} ({d.source})" for d in matches)
+    raise LookupError(f"{name!r} matches {len(matches)} documents: {listed}; give the doc id")
