@@ -28,6 +28,12 @@ class StoreOptions:
     check_on_open: bool = True
     chunk_tokens: int | None = None  # None: as large as a 256 MB score block allows
     threads: int = 1  # extra chunk threads on top of BLAS's own
+    # centroid-code candidate index (centroid_index.py): trained automatically once the store
+    # holds this many vectors (0 or less: only by `optimize`); probes and rerank depth follow
+    # the collection size unless fixed here
+    centroid_min_tokens: int = 500_000
+    centroid_nprobe: int | None = None
+    rerank_depth: int | None = None
 
 
 @dataclass

@@ -16,11 +16,14 @@ each in its own module and all sharing one `StoreContext` (context.py):
 - snapshot.py: the reader's view (committed pages and their token matrix at one generation);
 - search.py: filtered exact or two-stage MaxSim search over a snapshot;
 - integrity.py: `verify`, the checks on open and a writer's crash recovery;
+- centroid_index.py (+ candidates.py, centroids.py): the persisted centroid-code candidate index
+  of two-stage search, trained by `optimize` or automatically past a size threshold;
 - lock.py: the single-writer lock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -45,6 +48,8 @@ from vrag_compress.store.base import (
     StoreNotFoundError,
     VerifyReport,
 )
+from vrag_compress.store.centroid_index import CentroidIndexes, recall_sample_size
+from vrag_compress.store.centroids import CODES
 from vrag_compress.store.context import StoreContext, StoreOptions
 from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
@@ -134,13 +139,15 @@ class LocalStore:
             root, options, cat.Catalog(root / cat.CATALOG_NAME, readonly=readonly)
         )
         self._snapshots = Snapshots(self._ctx)
-        self._writer = PageWriter(self._ctx)
-        self._searcher = Searcher(self._ctx, self._snapshots)
+        self._centroids = CentroidIndexes(self._ctx)
+        self._writer = PageWriter(self._ctx, self._centroids)
+        self._searcher = Searcher(self._ctx, self._snapshots, self._centroids)
         try:
             self._meta = cat.load_meta(self._ctx.catalog)
             self._ctx.dim = check_dim(self._meta["config"])
             if not readonly:
                 integrity.recover(self._ctx)
+                self._centroids.remove_orphans()
             if options.check_on_open:
                 integrity.check_on_open(self._ctx)
         except BaseException:
@@ -223,6 +230,7 @@ class LocalStore:
 
     def close(self) -> None:
         """Checkpoint the WAL (writers), close the catalog and release the writer lock."""
+        self._centroids.close()  # waits for a background training to commit
         with self._ctx.catalog.mutex:
             self._ctx.catalog.close()
             self._ctx.maps.clear()
@@ -277,10 +285,12 @@ class LocalStore:
     def add(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
         """Store new pages (and upsert document rows) atomically; existing page ids are an error."""
         self._writer.write_pages(pages, documents, replace=False)
+        self._train_if_due()
 
     def upsert(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
         """Like `add`, but pages whose id exists replace the stored ones."""
         self._writer.write_pages(pages, documents, replace=True)
+        self._train_if_due()
 
     def put_document(self, doc: DocumentRecord) -> None:
         """Insert or replace one document row."""
@@ -371,5 +381,69 @@ class LocalStore:
     # ----------------------------------------------------------------- integrity
 
     def verify(self) -> VerifyReport:
-        """Full check: SQLite integrity, row and vector CRCs, ranges, segment sizes."""
-        return integrity.verify(self._ctx)
+        """Full check: SQLite integrity, row and vector CRCs, ranges, segment sizes, and the
+        candidate index files (present, right shapes, checksums)."""
+        report = integrity.verify(self._ctx)
+        try:
+            with self._ctx.catalog.read() as conn:
+                extra = self._centroids.verify(conn)
+        except StoreCorruptError as exc:
+            extra = [str(exc)]
+        if not extra:
+            return report
+        return dataclasses.replace(report, ok=False, problems=[*report.problems, *extra])
+
+    # ----------------------------------------------------------------- candidate index
+
+    def optimize(self, *, codes: str | None = None) -> dict[str, Any]:
+        """Compact, then (re)train the centroid-code candidate index on every live page and
+        return its description. ``codes`` ("none", "4bit", "2bit") changes the residual codes
+        kept per token (recorded in the config). Readers keep searching meanwhile."""
+        if codes is not None:
+            if codes not in CODES:
+                raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
+            self.update_config(codes=codes)
+        self._centroids.wait()
+        self.compact()
+        self._centroids.train(self._snapshots.current(), self._codes())
+        return self.index_info() or {}
+
+    def index_info(self, *, measure_recall: bool = False) -> dict[str, Any] | None:
+        """The candidate index's parameters and size (None without one); with
+        ``measure_recall``, recall@10 of two-stage against exact search with a sample of stored
+        pages (their first 32 vectors) as queries."""
+        with self._ctx.catalog.read() as conn:
+            n_pages = cat.count_pages(conn)
+        info = self._centroids.describe(n_pages)
+        if info is not None and measure_recall and n_pages:
+            info.update(self._measure_recall(n_pages))
+        return info
+
+    def wait_for_index(self, timeout: float | None = None) -> None:
+        """Block until a background training started by `add`/`upsert` has committed."""
+        self._centroids.wait(timeout)
+
+    def _measure_recall(self, n_pages: int) -> dict[str, Any]:
+        rng = np.random.default_rng(0)
+        ids = self.page_ids()
+        picked = sorted(rng.choice(len(ids), size=recall_sample_size(n_pages), replace=False))
+        queries = [r.vectors[:32] for r in self.get([ids[i] for i in picked])]
+        exact = self.search_many(queries, 10, mode="exact")
+        two = self.search_many(queries, 10, mode="two_stage")
+        overlap = [
+            len({h.page_id for h in e} & {h.page_id for h in t}) / max(1, len(e))
+            for e, t in zip(exact, two, strict=True)
+        ]
+        return {"recall@10": round(float(np.mean(overlap)), 4), "recall_queries": len(queries)}
+
+    def _codes(self) -> str:
+        return str(self._meta["config"].get("codes", "none"))
+
+    def _train_if_due(self) -> None:
+        """Start a background (re)training when the collection crossed the stated threshold."""
+        if self.options.centroid_min_tokens <= 0:
+            return
+        with self._ctx.catalog.read() as conn:
+            n_tokens = cat.live_vectors(conn)
+        if self._centroids.wants_training(n_tokens):
+            self._centroids.train_in_background(self._snapshots.current, self._codes())

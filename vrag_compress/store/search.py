@@ -8,6 +8,7 @@ exact search costs one matrix product of a few tens of milliseconds, else two-st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,12 +16,15 @@ import numpy as np
 
 from vrag_compress.store import catalog as cat
 from vrag_compress.store.ann import TokenIndex
-from vrag_compress.store.base import SearchResult
+from vrag_compress.store.base import SearchResult, StoreCorruptError
+from vrag_compress.store.centroid_index import CentroidIndexes
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filters import compile_filter
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores, top_k
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.validate import as_list, check_k, check_mode, check_query
+
+log = logging.getLogger(__name__)
 
 Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
 
@@ -28,9 +32,12 @@ Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best fir
 class Searcher:
     """MaxSim top-k over a store's current snapshot, with its lazily built token index."""
 
-    def __init__(self, ctx: StoreContext, snapshots: Snapshots):
+    def __init__(
+        self, ctx: StoreContext, snapshots: Snapshots, centroids: CentroidIndexes | None = None
+    ):
         self.ctx = ctx
         self.snapshots = snapshots
+        self.centroids = centroids
         self._ann: TokenIndex | None = None
 
     def search_many(
@@ -106,8 +113,10 @@ class Searcher:
     def _two_stage(
         self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        ann = self._token_index(snap)
-        cand = snap.positions(ann.candidates(q, self.ctx.options.candidates_per_token))
+        cand = self._centroid_candidates(snap, q, pos)
+        if cand is None:  # no centroid index: candidates from the FAISS token index
+            ann = self._token_index(snap)
+            cand = snap.positions(ann.candidates(q, self.ctx.options.candidates_per_token))
         if pos is not None:
             cand = np.intersect1d(cand, pos, assume_unique=True)
             if len(cand) < min(k, len(pos)):
@@ -115,6 +124,19 @@ class Searcher:
         if len(cand) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         return self._exact(snap, [q], k, cand)[0]
+
+    def _centroid_candidates(
+        self, snap: Snapshot, q: np.ndarray, pos: np.ndarray | None
+    ) -> np.ndarray | None:
+        """Pages to rerank from the centroid index; None without one (or with a damaged one,
+        which is logged: the caller then uses the token index, never fewer pages)."""
+        if self.centroids is None:
+            return None
+        try:
+            return self.centroids.candidates(snap, q, pos)
+        except StoreCorruptError as exc:
+            log.warning("candidate index unusable (%s); run `verify`, then `optimize`", exc)
+            return None
 
     def _token_index(self, snap: Snapshot) -> TokenIndex:
         opts = self.ctx.options

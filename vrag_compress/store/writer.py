@@ -22,6 +22,7 @@ from vrag_compress.store.base import (
     PageRecord,
     StoreCorruptError,
 )
+from vrag_compress.store.centroid_index import CentroidIndexes
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.validate import (
     StoreInputError,
@@ -39,8 +40,9 @@ from vrag_compress.store.validate import (
 class PageWriter:
     """Validated, crash-safe writes to one store (the caller holds the writer lock)."""
 
-    def __init__(self, ctx: StoreContext):
+    def __init__(self, ctx: StoreContext, centroids: CentroidIndexes | None = None):
         self.ctx = ctx
+        self.centroids = centroids
 
     def write_pages(
         self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *, replace: bool
@@ -72,6 +74,8 @@ class PageWriter:
             cat.tombstone(conn, [r[:4] for r in existing])
             if pages:
                 self._insert_pages(conn, pages, vectors, metas)
+                if self.centroids is not None:  # new tokens join the existing centroids
+                    self.centroids.on_insert(conn, [p.page_id for p in pages], vectors)
             cat.put_documents(conn, _with_metadata_json(docs))
             cat.ensure_documents(conn, [p.doc_id for p in pages])
 
@@ -104,10 +108,17 @@ class PageWriter:
             dead = cat.tombstone_count(conn)
             segs = cat.segment_rows(conn)
             if dead == 0 and len(segs) <= 1:
-                return
-            updates, new_segs = self._copy_live(conn, cat.pages_to_copy(conn), segs)
-            cat.move_pages(conn, updates)
-            cat.replace_segments(conn, new_segs)
+                segs = {}
+            else:
+                updates, new_segs = self._copy_live(conn, cat.pages_to_copy(conn), segs)
+                cat.move_pages(conn, updates)
+                cat.replace_segments(conn, new_segs)
+            if self.centroids is not None:  # one base part, deleted pages dropped from lists
+                self.centroids.on_compact(conn)
+        if self.centroids is not None:
+            self.centroids.remove_orphans()
+        if not segs:
+            return
         for seg_id in segs:
             self.ctx.segment_path(seg_id).unlink(missing_ok=True)
             self.ctx.maps.drop(seg_id)

@@ -1,0 +1,269 @@
+"""The store side of the centroid-code candidate index: when it is trained, how writes keep it
+in step with the catalog, and how a two-stage search takes its candidates from it.
+
+The index's manifest lives in the catalog's meta table under ``candidate_index`` and is written
+in the same transaction as the pages it describes, after the files it names were fsync'ed:
+
+* **add / upsert** assign the new pages' tokens to the existing centroids (a new tail part);
+* **delete** touches nothing here: a deleted page's slot no longer maps to a live page and is
+  masked at once; **compact** (and every ``MERGE_*`` threshold) rewrites base and tails as one
+  base with fresh page lists;
+* **training** happens in `optimize` and automatically, in a background thread after a write,
+  once the collection reaches ``centroid_min_tokens`` or has grown 4× past (or shrunk to a
+  quarter of) the tokens the centroids were trained on; readers keep using the committed index
+  until the new one commits, and pages written meanwhile are assigned to the new centroids in
+  that same commit.
+
+Pages that no index part covers (written by an older version, or while no index existed) are
+always reranked, so the index never hides a page.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import candidates as cand
+from vrag_compress.store import catalog as cat
+from vrag_compress.store import centroids as cz
+from vrag_compress.store.base import StoreError
+from vrag_compress.store.context import StoreContext
+
+log = logging.getLogger(__name__)
+
+META_KEY = "candidate_index"
+
+
+@dataclass
+class _SlotMap:
+    """Where each index slot's page sits in one snapshot (-1: deleted) and pages no slot holds."""
+
+    key: tuple[int, str]
+    slot_pos: np.ndarray
+    unindexed: np.ndarray
+
+
+class CentroidIndexes:
+    """The candidate index of one open store: opened lazily, kept in step by the writer."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+        self._index: cand.CandidateIndex | None = None
+        self._slots: _SlotMap | None = None
+        self._trainer: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    # ----------------------------------------------------------------- reading
+
+    @staticmethod
+    def manifest(conn: sqlite3.Connection) -> dict[str, Any] | None:
+        value = cat.read_meta(conn).get(META_KEY)
+        return value if isinstance(value, dict) else None
+
+    def current(self) -> cand.CandidateIndex | None:
+        """The committed index (memory-mapped; reopened only when a writer changed it)."""
+        for attempt in range(5):
+            with self.ctx.catalog.read() as conn:
+                manifest = self.manifest(conn)
+            try:
+                return self._open(manifest)
+            except FileNotFoundError:  # a merge unlinked files between our read and the open
+                time.sleep(0.01 * (attempt + 1))
+        raise StoreError(f"candidate index files of {self.ctx.root} kept disappearing; retry")
+
+    def _open(self, manifest: dict[str, Any] | None) -> cand.CandidateIndex | None:
+        if manifest is None:
+            self._index = None
+        elif self._index is None or self._index.manifest["id"] != manifest["id"]:
+            self._index = cand.CandidateIndex.open(self.ctx.root, manifest)
+        return self._index
+
+    def params(self, index: cand.CandidateIndex, n_pages: int) -> cz.SearchParams:
+        """The rule's probes and rerank depth, unless the store options fix them."""
+        rule = cz.search_params(n_pages, index.k)
+        opts = self.ctx.options
+        return cz.SearchParams(
+            nprobe=opts.centroid_nprobe or rule.nprobe, rerank=opts.rerank_depth or rule.rerank
+        )
+
+    # ----------------------------------------------------------------- search
+
+    def candidates(
+        self, snap: Any, query: np.ndarray, allowed: np.ndarray | None
+    ) -> np.ndarray | None:
+        """Snapshot positions to rerank exactly (sorted), or None when there is no index.
+
+        ``allowed`` (sorted snapshot positions passing a filter) restricts the candidates."""
+        index = self.current()
+        if index is None:
+            return None
+        slots = self._slot_map(snap, index)
+        live = slots.slot_pos >= 0
+        unindexed = slots.unindexed
+        if allowed is not None:
+            ok = np.zeros(len(snap.pids), dtype=bool)
+            ok[allowed] = True
+            live &= ok[np.maximum(slots.slot_pos, 0)]
+            unindexed = unindexed[ok[unindexed]]
+        params = self.params(index, len(snap.pids))
+        top = cz.top_pages(index.scores(query, params.nprobe), live, params.rerank)
+        return np.union1d(slots.slot_pos[top], unindexed)
+
+    def _slot_map(self, snap: Any, index: cand.CandidateIndex) -> _SlotMap:
+        key = (int(snap.generation), str(index.manifest["id"]))
+        if self._slots is None or self._slots.key != key:
+            n = len(snap.pid_sorted)
+            idx = np.minimum(np.searchsorted(snap.pid_sorted, index.slot_pids), max(n - 1, 0))
+            found = (n > 0) & (snap.pid_sorted[idx] == index.slot_pids) if n else idx < 0
+            slot_pos = np.where(found, snap.pos_of_sorted[idx] if n else -1, -1).astype(np.int64)
+            covered = np.zeros(n, dtype=bool)
+            covered[slot_pos[found]] = True
+            self._slots = _SlotMap(key, slot_pos, np.flatnonzero(~covered))
+        return self._slots
+
+    # ----------------------------------------------------------------- writes
+
+    def on_insert(
+        self, conn: sqlite3.Connection, page_ids: list[str], vectors: list[np.ndarray]
+    ) -> None:
+        """Inside the writer's transaction: assign new pages to the existing centroids."""
+        manifest = self.manifest(conn)
+        if manifest is None or not page_ids:
+            return
+        index = self._open(manifest)
+        assert index is not None
+        pid_of = dict(cat.pages_by_id(conn, page_ids, "page_id, pid"))
+        pids = np.array([pid_of[p] for p in page_ids], dtype=np.int64)
+        bounds = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
+        appended = cand.CandidateIndex.open(
+            self.ctx.root, index.append(pids, bounds, np.concatenate(vectors))
+        )
+        if appended.needs_merge():  # tails grew past their share: one base, fresh page lists
+            appended = cand.CandidateIndex.open(self.ctx.root, appended.merge(_live_pids(conn)))
+        cat.write_meta(conn, META_KEY, appended.manifest)
+
+    def on_compact(self, conn: sqlite3.Connection) -> None:
+        """Inside the compaction's transaction: rewrite the index without deleted pages."""
+        manifest = self.manifest(conn)
+        if manifest is not None:
+            index = self._open(manifest)
+            assert index is not None
+            cat.write_meta(conn, META_KEY, index.merge(_live_pids(conn)))
+
+    def manifest_now(self) -> dict[str, Any] | None:
+        """The committed manifest (a fresh read)."""
+        with self.ctx.catalog.read() as conn:
+            return self.manifest(conn)
+
+    def remove_orphans(self) -> int:
+        """Writer only, after a commit or on open: delete files no committed manifest names."""
+        with self.ctx.catalog.read() as conn:
+            manifest = self.manifest(conn)
+        return cand.remove_orphans(self.ctx.root, manifest)
+
+    # ----------------------------------------------------------------- training
+
+    def wants_training(self, n_tokens: int) -> bool:
+        """The automatic rule: big enough for an index and none yet, or grown/shrunk 4×."""
+        if self.ctx.options.centroid_min_tokens <= 0:
+            return False
+        with self.ctx.catalog.read() as conn:
+            manifest = self.manifest(conn)
+        if manifest is None:
+            return n_tokens >= self.ctx.options.centroid_min_tokens
+        return cz.needs_retrain(int(manifest["trained_tokens"]), n_tokens)
+
+    def train(self, snap: Any, codes: str, *, seed: int = 0) -> None:
+        """Train on ``snap`` (slow, no lock held), then commit: pages written meanwhile are
+        assigned to the new centroids in the same transaction."""
+        if int(snap.bounds[-1]) == 0:
+            return
+        manifest = cand.train(
+            self.ctx.root, snap.pids, snap.bounds, snap.tokens, codes=codes, seed=seed
+        )
+        with self.ctx.catalog.write() as conn:
+            index = cand.CandidateIndex.open(self.ctx.root, manifest)
+            live = _live_pids(conn)
+            new = np.setdiff1d(live, index.slot_pids)
+            if len(new):
+                manifest = self._append_from_catalog(conn, index, new)
+            cat.write_meta(conn, META_KEY, manifest)
+        self.remove_orphans()
+
+    def _append_from_catalog(
+        self, conn: sqlite3.Connection, index: cand.CandidateIndex, pids: np.ndarray
+    ) -> dict[str, Any]:
+        rows = cat.pages_by_pid(conn, pids.tolist(), "pid, segment_id, row_offset, n_vectors")
+        seg_rows = cat.segment_rows(conn)
+        vectors = [self.ctx.vectors(s, seg_rows[s], off, n) for _, s, off, n in rows]
+        bounds = np.concatenate([[0], np.cumsum([r[3] for r in rows])]).astype(np.int64)
+        return index.append(np.array([r[0] for r in rows]), bounds, np.concatenate(vectors))
+
+    def train_in_background(self, snapshot: Callable[[], Any], codes: str) -> bool:
+        """Start `train` on a fresh snapshot in a daemon thread unless one runs (False then)."""
+        if self._trainer is not None and self._trainer.is_alive():
+            return False
+
+        def run() -> None:
+            try:
+                self.train(snapshot(), codes)
+                self.last_error = None
+            except Exception as exc:  # a failed retrain leaves the committed index in use
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("background centroid training of %s failed: %s", self.ctx.root, exc)
+
+        self._trainer = threading.Thread(target=run, name="vrag-centroid-train", daemon=True)
+        self._trainer.start()
+        return True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background training to finish (on close, and in tests)."""
+        if self._trainer is not None:
+            self._trainer.join(timeout)
+
+    # ----------------------------------------------------------------- integrity
+
+    def verify(self, conn: sqlite3.Connection) -> list[str]:
+        manifest = self.manifest(conn)
+        return [] if manifest is None else cand.verify_files(self.ctx.root, manifest)
+
+    def describe(self, n_pages: int) -> dict[str, Any] | None:
+        """Parameters and size of the committed index (None without one)."""
+        index = self.current()
+        if index is None:
+            return None
+        params = self.params(index, n_pages)
+        m = index.manifest
+        return {
+            "k": index.k,
+            "nprobe": params.nprobe,
+            "rerank": params.rerank,
+            "codes": m["codes"],
+            "trained_tokens": int(m["trained_tokens"]),
+            "indexed_pages": index.n_slots,
+            "tail_parts": len(m["tails"]),
+            "bytes": index.nbytes(),
+            "retrain_at_tokens": int(m["trained_tokens"]) * cz.RETRAIN_GROWTH,
+        }
+
+    def close(self) -> None:
+        self.wait()
+        self._index = None
+        self._slots = None
+
+
+def _live_pids(conn: sqlite3.Connection) -> np.ndarray:
+    return np.array(sorted(r[0] for r in cat.snapshot_pages(conn)), dtype=np.int64)
+
+
+def recall_sample_size(n_pages: int) -> int:
+    """Stored pages used as queries for the self-measured recall (≥ 100 when available)."""
+    return int(min(n_pages, max(100, math.ceil(math.sqrt(n_pages)))))
