@@ -7,6 +7,8 @@ the index folder.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import json
 
 import pytest
 from PIL import Image
@@ -16,6 +18,7 @@ from vrag_compress.cli import app
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import Page
 from vrag_compress.page_assets import AssetPathError
+from vrag_compress.store import segments
 
 runner = CliRunner()
 
@@ -66,3 +69,32 @@ def test_a_symlinked_image_leading_outside_is_refused(tmp_path, small_index):
         stored.symlink_to(tmp_path / "elsewhere.webp")
         with pytest.raises(AssetPathError):
             index.page_image("doc", 1)
+
+
+def test_a_full_disk_says_what_is_full_and_what_was_committed(tmp_path, monkeypatch):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, color in enumerate(("white", "black", "red")):
+        Image.new("RGB", (224, 300), color).save(folder / f"p{i}.png")
+    real, calls = segments.append, []
+
+    def fills_up(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(segments, "append", fills_up)
+    index = tmp_path / "idx"
+    args = ["index", str(folder), "--index", str(index), "--model", "tiny-colqwen2"]
+    result = runner.invoke(app, [*args, "--batch-size", "1", "--json"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert report["pages_committed"] == 1 and "disk full" in report["error"]
+    assert f"device holding {index}" in report["error"]
+    monkeypatch.setattr(segments, "append", real)
+    again = runner.invoke(app, args)  # space freed: the same command resumes
+    assert again.exit_code == 0, again.output
+    with VisualIndex.open(index) as vindex:
+        assert vindex.store.count() == 3 and vindex.verify().ok

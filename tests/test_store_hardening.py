@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sqlite3
 import subprocess
 import sys
@@ -249,3 +250,59 @@ def test_meta_stays_sealed_through_writes(store_path):
     conn = sqlite3.connect(store_path / cat.CATALOG_NAME)
     assert json.loads(conn.execute("SELECT value FROM meta WHERE key='meta_crc'").fetchone()[0])
     conn.close()
+
+
+# --- item 8: readers work on a full disk or a read-only folder ---------------------------------
+
+
+def test_readers_fall_back_to_immutable_when_sqlite_cannot_make_its_side_files(
+    store_path, monkeypatch
+):
+    real = cat._connect
+
+    def no_side_files(path, mode, immutable=False):
+        conn = real(path, mode, immutable)
+        if not immutable:  # what a full disk or a read-only folder does to the -shm file
+            conn.close()
+            raise sqlite3.OperationalError("disk I/O error")
+        return conn
+
+    monkeypatch.setattr(cat, "_connect", no_side_files)
+    with LocalStore.open(store_path, readonly=True) as store:
+        assert store.verify().ok and store.count() == 6
+        assert len(store.search(pages(1, seed=5)[0].vectors, 3)) == 3
+    with pytest.raises(StoreError, match="disk I/O error"):
+        LocalStore.open(store_path)  # a writer is never silently made immutable
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs (needs root and mount rights; skipped elsewhere)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("cannot mount a small tmpfs here")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_search_and_verify_work_on_a_really_full_disk(tiny_disk):
+    path = tiny_disk / "store"
+    with LocalStore.create(path, CONFIG) as store:
+        store.add(pages(4))
+    fd = os.open(tiny_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # fill every last block
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with LocalStore.open(path, readonly=True) as store:  # was: "disk I/O error"
+        assert store.verify().ok
+        assert len(store.search(pages(1, seed=5)[0].vectors, 2)) == 2

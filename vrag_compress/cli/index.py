@@ -6,8 +6,10 @@ Exit codes: 0 success; 1 the command failed (message on stderr); 2 bad usage;
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -175,6 +177,10 @@ def index(
                 report = vindex.add(paths, metadata=extra, progress=not json_out, ocr=page_ocr)
             except KeyboardInterrupt:
                 _interrupted(vindex, vindex.store.count() - before)
+            except Exception as error:
+                if _disk_full(error):
+                    _stopped_by_full_disk(vindex, vindex.store.count() - before, json_out)
+                raise
     except typer.Exit:
         raise
     except ModelNotFoundError as error:
@@ -200,6 +206,30 @@ def _interrupted(vindex: Any, committed: int) -> None:
         "(indexed pages are not redone)"
     )
     raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what caused it) is a full disk or an exhausted quota."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "database or disk is full" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _stopped_by_full_disk(vindex: Any, committed: int, json_out: bool) -> None:
+    """Say what is full and what was committed (every committed batch is consistent); exit 1."""
+    free = shutil.disk_usage(vindex.path).free
+    message = (
+        f"disk full: no space left on the device holding {vindex.path} ({free:,} bytes free). "
+        f"{committed} pages were committed before it ({vindex.store.count()} in the index, all "
+        "consistent); free some space and run the same command again to resume"
+    )
+    if json_out:
+        emit_json({"index": str(vindex.path), "error": message, "pages_committed": committed})
+    fail(message)
 
 
 def _auto_encoder(device: str, batch_size: int) -> Any:

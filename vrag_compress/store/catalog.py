@@ -61,16 +61,34 @@ _DOCUMENT = "doc_id, source, content_hash, n_pages, complete, metadata"
 
 
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit) that threads may share."""
-    uri = f"file:{path}?mode={'ro' if readonly else 'rw'}"
+    """A connection in autocommit mode (transactions are explicit) that threads may share.
+
+    A reader of a catalog whose writer closed cleanly must create SQLite's shared-memory file
+    beside it; on a read-only folder or a full disk it cannot. Then, as nothing can be writing
+    there, the catalog is opened ``immutable`` (no locks, no side files) instead of failing."""
     with translate_errors(path):
-        conn = sqlite3.connect(
-            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
+        try:
+            conn = _connect(path, "ro" if readonly else "rw")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not readonly or is_corruption(exc) or _has_wal(path):
+                raise
+            conn = _connect(path, "ro", immutable=True)
         conn.execute("PRAGMA busy_timeout = 30000")
         if not readonly:
             conn.execute("PRAGMA synchronous = FULL")
     return conn
+
+
+def _connect(path: Path, mode: str, immutable: bool = False) -> sqlite3.Connection:
+    uri = Path(path).absolute().as_uri() + f"?mode={mode}" + ("&immutable=1" if immutable else "")
+    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+
+
+def _has_wal(path: Path) -> bool:
+    """Whether commits may still sit in the write-ahead log (an immutable open would miss them)."""
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
 
 
 def create_catalog(path: Path, meta: dict[str, Any]) -> None:
