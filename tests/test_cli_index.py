@@ -107,6 +107,14 @@ def test_info_verify_show_delete(cli_index: Path, tmp_path: Path):
     code, stdout = run("info", copy, "--json")
     assert json.loads(stdout)["documents"] == 1
 
+    code, stdout = run("optimize", copy, "--codes", "2bit", "--json")
+    assert code == 0, stdout
+    assert json.loads(stdout)["codes"] == "2bit" and json.loads(stdout)["indexed_pages"] >= 1
+    code, stdout = run("info", copy, "--recall", "--json")
+    candidate = json.loads(stdout)["candidate_index"]
+    assert candidate["k"] >= 1 and candidate["recall@10"] == 1.0  # tiny: every page reranked
+    assert run("optimize", copy, "--codes", "3bit")[0] == 2
+
 
 def test_missing_index_and_partial_failure_exit_codes(tmp_path: Path, shared_data: Path):
     code, _ = run("search", tmp_path / "nope", "q")

@@ -424,9 +424,12 @@ class VisualIndex:
     def verify(self) -> VerifyReport:
         return self.store.verify()
 
-    def info(self) -> dict[str, Any]:
+    def info(self, *, measure_recall: bool = False) -> dict[str, Any]:
+        """Model, compressor, counts, size and the candidate index's parameters; with
+        ``measure_recall`` also its recall@10 against exact search on sampled stored pages."""
         config = self.store.config
         docs = self.documents()
+        index_info = getattr(self.store, "index_info", None)
         return {
             "path": str(self.path),
             "model_id": self.model_id,
@@ -439,7 +442,19 @@ class VisualIndex:
             "images": config.get("images", {}),
             "size_mb": round(_folder_size(self.path) / 2**20, 3),
             "vrag_version": config.get("vrag_version"),
+            "candidate_index": (
+                None if index_info is None else index_info(measure_recall=measure_recall)
+            ),
         }
+
+    def optimize(self, *, codes: str | None = None) -> dict[str, Any]:
+        """Compact the store and (re)train its candidate index; returns the index's parameters."""
+        optimize = getattr(self.store, "optimize", None)
+        if optimize is None:
+            raise VisualIndexError(
+                f"{self.path}: this store backend keeps no candidate index to optimize"
+            )
+        return optimize(codes=codes)
 
     # ----------------------------------------------------------------- writing
     def delete(self, doc_id: str) -> int:

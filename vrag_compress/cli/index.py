@@ -421,11 +421,17 @@ def ask(
 @app.command()
 def info(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    recall: bool = typer.Option(
+        False,
+        "--recall",
+        help="Also measure the candidate index's recall@10 against exact search, with a "
+        "sample of stored pages as queries (seconds to minutes on large indexes).",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Show the model, compressor, counts and size of an index, and list its documents."""
     with open_index(index_dir, readonly=True) as vindex:
-        details = vindex.info()
+        details = vindex.info(measure_recall=recall)
         docs = [
             {"doc_id": d.doc_id, "source": d.source, "n_pages": d.n_pages, "complete": d.complete}
             for d in vindex.documents()
@@ -449,6 +455,29 @@ def _document(vindex: Any, name: str) -> str:
         return resolve_document(vindex.documents(), name)
     except LookupError as error:
         fail(f"{vindex.path}: {error}")
+
+
+@app.command()
+def optimize(
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
+    codes: str | None = typer.Option(
+        None,
+        "--codes",
+        help="Residual codes kept per vector by the candidate index: none, 4bit or 2bit "
+        "[default: keep the index's setting].",
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Compact an index and retrain its centroid candidate index (searches keep working)."""
+    if codes is not None and codes not in ("none", "4bit", "2bit"):
+        raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
+    with open_index(index_dir) as vindex:
+        details = vindex.optimize(codes=codes)
+    if json_out:
+        emit_json(details)
+        return
+    for key, value in details.items():
+        out.print(f"[bold]{key}[/]: {escape(str(value))}")
 
 
 @app.command()
