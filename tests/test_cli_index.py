@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from vrag_compress import ask as asking
 from vrag_compress.cli import app
 
 runner = CliRunner()
@@ -155,7 +155,17 @@ def test_ask_without_llm_is_a_clear_error(cli_index: Path, monkeypatch: pytest.M
     assert "--llm" in result.stderr
 
 
+def test_ask_without_the_langchain_integration_says_what_to_install(
+    cli_index: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "langchain_vrag_compress", None)  # import fails
+    result = runner.invoke(app, ["ask", str(cli_index), "what?", "--llm", "fake:model"])
+    assert result.exit_code == 1
+    assert "vrag-compress[ask]" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_ask_sends_page_images_and_cites_pages(cli_index: Path, monkeypatch: pytest.MonkeyPatch):
+    lc = pytest.importorskip("langchain_vrag_compress")
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
@@ -166,20 +176,23 @@ def test_ask_sends_page_images_and_cites_pages(cli_index: Path, monkeypatch: pyt
             seen.append(messages)
             return super().invoke(messages, *args, **kwargs)
 
-    fake = RecordingChat(messages=iter([AIMessage(content="The petitioner argues X [1].")]))
-    monkeypatch.setattr(asking, "load_chat_model", lambda spec: fake)
+    fake = RecordingChat(messages=iter([AIMessage(content="The petitioner argues X [2].")]))
+    monkeypatch.setattr(lc, "load_chat_model", lambda spec: fake)
     code, stdout = run(
         "ask", cli_index, "what is argued?", "--llm", "fake:model", "-k", "2", "--json"
     )
     assert code == 0, stdout
     payload = json.loads(stdout)
-    assert payload["answer"] == "The petitioner argues X [1]."
-    assert [c["ref"] for c in payload["citations"]] == [1, 2]
-    assert all({"doc_id", "page_no", "source"} <= set(c) for c in payload["citations"])
+    assert payload["answer"] == "The petitioner argues X [2]."
+    assert [c["ref"] for c in payload["citations"]] == [2]  # only the page the answer cites
+    assert [p["ref"] for p in payload["pages"]] == [1, 2]
+    cited = payload["citations"][0]
+    assert {"doc_id", "page_no", "page", "source", "score"} <= set(cited)
+    assert cited["page_id"] == payload["pages"][1]["page_id"]
     human = seen[-1][-1]
-    images = [b for b in human.content if b["type"] == "image_url"]
-    assert len(images) == 2
-    assert images[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    images = [b for b in human.content if b["type"] == "image"]
+    assert len(images) == 2 and images[0]["base64"] and images[0]["mime_type"] == "image/jpeg"
+    assert human.content[-1]["text"] == "Question: what is argued?"
 
 
 def test_methods_lists_every_compressor():

@@ -7,23 +7,97 @@ do not load torch or transformers until an encoder is needed.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vrag_compress.version import __version__
 
 _EXPORTS = {
+    # the front door
     "VisualIndex": "vrag_compress.index",
     "Hit": "vrag_compress.index",
+    "AddReport": "vrag_compress.index",
+    "VisualIndexError": "vrag_compress.index",
+    "ModelMismatchError": "vrag_compress.index",
+    # pages in
+    "Page": "vrag_compress.ingest",
+    "page_id": "vrag_compress.ingest",
+    "find_documents": "vrag_compress.ingest",
+    "open_document": "vrag_compress.ingest",
+    "DEFAULT_DPI": "vrag_compress.ingest",
+    "IngestError": "vrag_compress.ingest",
+    "CorruptPDFError": "vrag_compress.ingest",
+    "image_base64": "vrag_compress.page_assets",
+    # encoders
+    "Encoder": "vrag_compress.encoders.base",
     "PageEncoding": "vrag_compress.encoders.base",
+    "EncoderLoadError": "vrag_compress.encoders.errors",
+    # compression
     "CompressedPage": "vrag_compress.compress.base",
+    "Compressor": "vrag_compress.compress.base",
+    "BaseCompressor": "vrag_compress.compress.common",
     "get_compressor": "vrag_compress.compress",
     "list_compressors": "vrag_compress.compress",
+    "register_compressor": "vrag_compress.compress",
+    # scoring and calibration
     "maxsim": "vrag_compress.scoring",
     "score_retention": "vrag_compress.calibrate",
     "select_window": "vrag_compress.calibrate",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ loads them
+    from vrag_compress.calibrate import score_retention, select_window
+    from vrag_compress.compress import get_compressor, list_compressors, register_compressor
+    from vrag_compress.compress.base import CompressedPage, Compressor
+    from vrag_compress.compress.common import BaseCompressor
+    from vrag_compress.encoders.base import Encoder, PageEncoding
+    from vrag_compress.encoders.errors import EncoderLoadError
+    from vrag_compress.index import (
+        AddReport,
+        Hit,
+        ModelMismatchError,
+        VisualIndex,
+        VisualIndexError,
+    )
+    from vrag_compress.ingest import (
+        DEFAULT_DPI,
+        CorruptPDFError,
+        IngestError,
+        Page,
+        find_documents,
+        open_document,
+        page_id,
+    )
+    from vrag_compress.page_assets import image_base64
+    from vrag_compress.scoring import maxsim
+
+__all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
+    "__version__",
+    "VisualIndex",
+    "Hit",
+    "AddReport",
+    "VisualIndexError",
+    "ModelMismatchError",
+    "Page",
+    "page_id",
+    "find_documents",
+    "open_document",
+    "DEFAULT_DPI",
+    "IngestError",
+    "CorruptPDFError",
+    "image_base64",
+    "Encoder",
+    "PageEncoding",
+    "EncoderLoadError",
+    "CompressedPage",
+    "Compressor",
+    "BaseCompressor",
+    "get_compressor",
+    "list_compressors",
+    "register_compressor",
+    "maxsim",
+    "score_retention",
+    "select_window",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,6 +23,7 @@ from vrag_compress.compress.base import CompressedPage, Compressor
 from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.ingest import page_id as default_page_id
 from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
@@ -178,10 +179,6 @@ class _DocState:
     record: DocumentRecord
     last_page: int
     failed_pages: list[int] = field(default_factory=list)
-
-
-def _page_id(doc_id: str, page_no: int) -> str:
-    return f"{doc_id}:{page_no}"
 
 
 def _model_config_name(encoder: Encoder) -> str:
@@ -366,7 +363,7 @@ class VisualIndex:
     def explain(self, query: str | np.ndarray, doc_id: str, page_no: int) -> Explanation:
         """How `query` scores against one stored page, token by token, placed on the page."""
         vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
-        records = self.store.get([_page_id(doc_id, page_no)], missing="skip")
+        records = self.store.get([default_page_id(doc_id, page_no)], missing="skip")
         if not records:
             raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
         labels = query_token_labels(self.encoder, query, len(vectors))
@@ -411,7 +408,7 @@ class VisualIndex:
 
     def page_image(self, doc_id: str, page_no: int) -> Image.Image:
         """One page's image: stored, or re-rendered from the source (reference-only indexes)."""
-        records = self.store.get([_page_id(doc_id, page_no)], missing="skip")
+        records = self.store.get([default_page_id(doc_id, page_no)], missing="skip")
         if not records:
             raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
         record = records[0]
@@ -498,11 +495,7 @@ class VisualIndex:
         Default ids are ``<doc_id>:<page_no>``. Commits one atomic batch per `batch_size` pages.
         """
         pages = list(pages)
-        ids = (
-            list(page_ids)
-            if page_ids is not None
-            else [_page_id(p.doc_id, p.page_no) for p in pages]
-        )
+        ids = list(page_ids) if page_ids is not None else [p.page_id for p in pages]
         metas = list(metadata) if metadata is not None else [{} for _ in pages]
         if not len(ids) == len(metas) == len(pages):
             raise ValueError(
@@ -529,6 +522,35 @@ class VisualIndex:
             }
             self.store.upsert(records, documents=list(documents.values()))
         return ids
+
+    def upsert_vectors(
+        self,
+        vectors: Sequence[np.ndarray],
+        *,
+        page_ids: Sequence[str],
+        doc_ids: Sequence[str],
+        metadata: Sequence[dict[str, Any]] | None = None,
+        texts: Sequence[str | None] | None = None,
+    ) -> list[str]:
+        """Store ready-made multi-vectors ``[n, dim]`` as one-page entries, replacing existing ids.
+
+        For adapters that embed texts with their own model (a LangChain `Embeddings`): nothing is
+        encoded or compressed here, and each entry is page 1 of its own complete document."""
+        n = len(vectors)
+        metas = list(metadata) if metadata is not None else [{} for _ in range(n)]
+        bodies = list(texts) if texts is not None else [None] * n
+        if not len(page_ids) == len(doc_ids) == len(metas) == len(bodies) == n:
+            raise ValueError(
+                f"upsert_vectors: {n} vectors, {len(page_ids)} ids, {len(doc_ids)} doc ids, "
+                f"{len(metas)} metadata dicts, {len(bodies)} texts"
+            )
+        records = [
+            PageRecord(page_id=i, doc_id=d, page_no=1, vectors=v, metadata=m, text=t)
+            for i, d, v, m, t in zip(page_ids, doc_ids, vectors, metas, bodies, strict=True)
+        ]
+        documents = [DocumentRecord(doc_id=d, n_pages=1, complete=True) for d in doc_ids]
+        self.store.upsert(records, documents)
+        return list(page_ids)
 
     def _encode(
         self, pages: Sequence[Page], texts: Sequence[str | None] | None = None
@@ -750,7 +772,7 @@ class VisualIndex:
             text = PageText(page.text or None, "layer" if page.text else "none")
         metadata["text_source"] = text.source
         return PageRecord(
-            page_id=page_id or _page_id(page.doc_id, page.page_no),
+            page_id=page_id or page.page_id,
             doc_id=page.doc_id,
             page_no=page.page_no,
             vectors=compressed.vectors,

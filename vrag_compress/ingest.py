@@ -169,6 +169,16 @@ class Page:
         """The page's identity in an index: ``(doc_id, page_no)``."""
         return (self.doc_id, self.page_no)
 
+    @property
+    def page_id(self) -> str:
+        """The page's default id in an index (and in the framework adapters)."""
+        return page_id(self.doc_id, self.page_no)
+
+
+def page_id(doc_id: str, page_no: int) -> str:
+    """The default id of page ``page_no`` of document ``doc_id``: ``<doc_id>:<page_no>``."""
+    return f"{doc_id}:{page_no}"
+
 
 class Document:
     """An opened, validated file whose pages render lazily, one at a time.

@@ -6,7 +6,9 @@ then rename), so a crash can leave an unreferenced image behind but never a dang
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import logging
 import os
 import re
@@ -19,10 +21,12 @@ from PIL import Image
 
 from vrag_compress.compress.base import CompressedPage
 from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.ingest import page_id as default_page_id
 
 log = logging.getLogger(__name__)
 
 IMAGE_FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}
+MIME_TYPES = {"WEBP": "image/webp", "JPEG": "image/jpeg", "PNG": "image/png"}
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
@@ -41,9 +45,28 @@ def safe_name(name: str) -> str:
 
 def page_stem(doc_id: str, page_no: int, page_id: str | None = None) -> str:
     """File stem of a page's image/layout: its number, or its own id when it has a custom one."""
-    if page_id is None or page_id == f"{doc_id}:{page_no}":
+    if page_id is None or page_id == default_page_id(doc_id, page_no):
         return str(page_no)
     return "id-" + safe_name(page_id)
+
+
+def image_base64(
+    image: Image.Image, image_format: str = "png", max_side: int | None = None
+) -> tuple[str, str]:
+    """``(base64 data, MIME type)`` of a page image, its longer side cut to ``max_side``.
+
+    Chat models and framework nodes take page images inline in this form."""
+    pil_format = IMAGE_FORMATS.get(image_format.lower())
+    if pil_format is None:
+        raise ValueError(
+            f"image_format {image_format!r} is not supported; use one of {sorted(IMAGE_FORMATS)}"
+        )
+    copy = image.convert("RGB")
+    if max_side:
+        copy.thumbnail((max_side, max_side))
+    buffer = io.BytesIO()
+    copy.save(buffer, pil_format)
+    return base64.b64encode(buffer.getvalue()).decode("ascii"), MIME_TYPES[pil_format]
 
 
 class PageAssets:

@@ -1,1 +1,8 @@
-__version__ = "0.1.0"
+"""The library's version, read from the installed distribution: pyproject.toml is its one source."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("vrag-compress")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"

@@ -392,30 +392,51 @@ def ask(
     json_out: bool = JsonOpt,
 ) -> None:
     """Answer a question with a multimodal chat model, from the retrieved page images."""
-    from vrag_compress import ask as asking
-
     try:
-        chat_model = asking.load_chat_model(llm or os.environ.get("VRAG_LLM"))
-    except asking.NoLLMConfigured as error:
+        import langchain_vrag_compress as lc
+    except ImportError:
+        fail(
+            "`vrag ask` needs the LangChain integration: pip install 'vrag-compress[ask]' "
+            "(langchain-vrag-compress, langchain) and langchain-<provider> for your chat model"
+        )
+    spec = llm or os.environ.get("VRAG_LLM")
+    if not spec:
+        fail(
+            "no LLM configured: pass --llm PROVIDER:MODEL (e.g. openai:gpt-4o-mini) or set "
+            "VRAG_LLM; needs `pip install langchain langchain-<provider>` and the provider's key"
+        )
+    try:
+        chat_model = lc.load_chat_model(spec)
+    except lc.NoChatModelError as error:
         fail(str(error))
     with open_index(index_dir, readonly=True) as vindex:
+        retriever = lc.CompressedColPaliRetriever(
+            index=vindex, k=k, filter=parse_filter(filter), include_image_base64=True
+        )
         try:
-            hits = vindex.search(question, k=k, filter=parse_filter(filter))
+            pages = retriever.invoke(question)
         except (ValueError, EncoderLoadError) as error:
             fail(str(error))
-        if not hits:
+        if not pages:
             fail(f"{index_dir}: the index has no pages to answer from")
         try:
-            answer = asking.answer_question(question, hits, chat_model)
+            result = lc.answer_pages(question, pages, chat_model)
         except Exception as error:  # provider errors: missing key, network, refused images
             fail(f"the chat model failed: {type(error).__name__}: {error}")
+    # `page_no` kept beside `page` for scripts written against earlier versions of this output
+    result["citations"] = [{**c, "page_no": c["page"]} for c in result["citations"]]
+    result["pages"] = [
+        {**lc.page_reference(n, page), "page_no": page.metadata.get("page")}
+        for n, page in enumerate(pages, start=1)
+    ]
     if json_out:
-        emit_json(answer.to_dict())
+        emit_json(result)
         return
-    out.print(answer.answer, markup=False)
-    out.print("\n[bold]Sources[/]")
-    for c in answer.citations:
-        out.print(f"[{c['ref']}] {c['source'] or c['doc_id']}, page {c['page_no']}", markup=False)
+    out.print(result["answer"], markup=False)
+    cited = result["citations"]
+    out.print("\n[bold]Sources[/]" if cited else "\n[bold]Pages shown to the model[/]")
+    for ref in cited or result["pages"]:
+        out.print(f"[{ref['ref']}] {ref['label']}", markup=False)
 
 
 @app.command()

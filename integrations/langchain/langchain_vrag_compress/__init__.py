@@ -3,8 +3,12 @@
 from langchain_vrag_compress.document_loaders import PDFPageLoader
 from langchain_vrag_compress.qa import (
     DEFAULT_SYSTEM_PROMPT,
+    NoChatModelError,
+    answer_pages,
     citations,
     create_visual_qa_chain,
+    load_chat_model,
+    page_reference,
     pages_to_message,
 )
 from langchain_vrag_compress.retrievers import CompressedColPaliRetriever
@@ -14,10 +18,14 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "CompressedColPaliRetriever",
     "EmbeddingsEncoder",
+    "NoChatModelError",
     "PDFPageLoader",
     "VragStoreError",
     "VragVectorStore",
+    "answer_pages",
     "citations",
     "create_visual_qa_chain",
+    "load_chat_model",
+    "page_reference",
     "pages_to_message",
 ]

@@ -15,15 +15,10 @@ from typing import Any
 
 from langchain_core.documents import Document
 from PIL import Image
-from vrag_compress.index import Hit
+from vrag_compress import Hit, image_base64
 
 KIND_KEY = "_vrag_kind"
 TEXT_KIND = "text"
-IMAGE_FORMATS = {
-    "jpeg": ("JPEG", "image/jpeg"),
-    "png": ("PNG", "image/png"),
-    "webp": ("WEBP", "image/webp"),
-}
 
 
 def entry_doc_id(entry_id: str) -> str:
@@ -35,17 +30,7 @@ def encode_image(
     image: Image.Image, image_format: str = "jpeg", max_side: int | None = 1024
 ) -> tuple[str, str]:
     """``(base64, mime_type)`` of a page image, downsized so its longer side is ``max_side``."""
-    if image_format not in IMAGE_FORMATS:
-        raise ValueError(
-            f"image_format {image_format!r} is not supported; use one of {sorted(IMAGE_FORMATS)}"
-        )
-    pil_format, mime = IMAGE_FORMATS[image_format]
-    copy = image.convert("RGB")
-    if max_side:
-        copy.thumbnail((max_side, max_side))
-    buffer = io.BytesIO()
-    copy.save(buffer, pil_format)
-    return base64.b64encode(buffer.getvalue()).decode("ascii"), mime
+    return image_base64(image, image_format, max_side)
 
 
 def hit_to_document(

@@ -9,7 +9,7 @@ from typing import Literal
 
 from langchain_core.document_loaders import BaseLoader
 from langchain_core.documents import Document
-from vrag_compress.ingest import DEFAULT_DPI, IngestError, Page, find_documents, open_document
+from vrag_compress import DEFAULT_DPI, IngestError, Page, find_documents, open_document
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,7 @@ class PDFPageLoader(BaseLoader):
         }
         if self.image_dir is not None:
             metadata["image_path"] = str(self._save_image(page))
-        return Document(
-            id=f"{page.doc_id}:{page.page_no}", page_content=page.text or "", metadata=metadata
-        )
+        return Document(id=page.page_id, page_content=page.text or "", metadata=metadata)
 
     def _save_image(self, page: Page) -> Path:
         assert self.image_dir is not None

@@ -99,25 +99,77 @@ def cited_numbers(answer: str) -> list[int]:
     return list(numbers)
 
 
+def page_reference(number: int, document: Document) -> dict[str, Any]:
+    """How page ``[number]`` of a prompt is reported back: label, source, page, ids, score."""
+    meta = document.metadata
+    return {
+        "ref": number,
+        "label": page_label(document),
+        "source": meta.get("source"),
+        "page": meta.get("page"),
+        "doc_id": meta.get("doc_id"),
+        "page_id": document.id,
+        "score": meta.get("score"),
+        "regions": meta.get("regions") or [],
+    }
+
+
 def citations(answer: str, documents: Sequence[Document]) -> list[dict[str, Any]]:
     """The pages an answer cites; numbers outside 1..len(documents) are ignored."""
-    out = []
-    for number in cited_numbers(answer):
-        if 1 <= number <= len(documents):
-            meta = documents[number - 1].metadata
-            out.append(
-                {
-                    "ref": number,
-                    "label": page_label(documents[number - 1]),
-                    "source": meta.get("source"),
-                    "page": meta.get("page"),
-                    "doc_id": meta.get("doc_id"),
-                    "page_id": documents[number - 1].id,
-                    "score": meta.get("score"),
-                    "regions": meta.get("regions") or [],
-                }
-            )
-    return out
+    return [
+        page_reference(number, documents[number - 1])
+        for number in cited_numbers(answer)
+        if 1 <= number <= len(documents)
+    ]
+
+
+class NoChatModelError(RuntimeError):
+    """The chat model named cannot be loaded; the message says what to install or set."""
+
+
+def load_chat_model(spec: str) -> BaseChatModel:
+    """``provider:model`` (e.g. ``openai:gpt-4o-mini``) through LangChain's `init_chat_model`."""
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError as error:
+        provider = spec.split(":")[0]
+        raise NoChatModelError(
+            f"chat model {spec!r} needs LangChain: pip install langchain langchain-{provider}"
+        ) from error
+    try:
+        return init_chat_model(spec)
+    except Exception as error:  # provider packages raise many kinds of errors here
+        raise NoChatModelError(f"could not load chat model {spec!r}: {error}") from error
+
+
+def qa_messages(
+    question: str,
+    documents: Sequence[Document],
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    history: Sequence[BaseMessage] = (),
+    **message_options: Any,
+) -> list[BaseMessage]:
+    """``[system, *history, HumanMessage(page images + question)]``, as the chain sends them."""
+    human = pages_to_message(question, documents, **message_options)
+    return [SystemMessage(content=system_prompt), *history, human]
+
+
+def answer_pages(
+    question: str,
+    documents: Sequence[Document],
+    llm: BaseChatModel,
+    *,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    **message_options: Any,
+) -> dict[str, Any]:
+    """Ask ``llm`` about already retrieved pages: ``{"question", "answer", "citations"}``.
+
+    The chain without its retriever, for callers that searched themselves (the `vrag ask` command).
+    """
+    messages = qa_messages(question, documents, system_prompt=system_prompt, **message_options)
+    answer = (llm | StrOutputParser()).invoke(messages)
+    return {"question": question, "answer": answer, "citations": citations(answer, documents)}
 
 
 def _as_input(value: str | dict[str, Any]) -> dict[str, Any]:
@@ -145,9 +197,13 @@ def create_visual_qa_chain(
     """
 
     def build_messages(state: dict[str, Any]) -> list[BaseMessage]:
-        history: list[BaseMessage] = list(state.get(history_key) or [])
-        question = pages_to_message(state["question"], state["documents"], **message_options)
-        return [SystemMessage(content=system_prompt), *history, question]
+        return qa_messages(
+            state["question"],
+            state["documents"],
+            system_prompt=system_prompt,
+            history=list(state.get(history_key) or []),
+            **message_options,
+        )
 
     def attach_citations(state: dict[str, Any]) -> dict[str, Any]:
         return {**state, "citations": citations(state["answer"], state["documents"])}

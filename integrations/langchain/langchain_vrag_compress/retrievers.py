@@ -13,8 +13,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field
-from vrag_compress.encoders.base import Encoder
-from vrag_compress.index import VisualIndex
+from vrag_compress import Encoder, VisualIndex
 
 from langchain_vrag_compress._documents import hit_to_document
 

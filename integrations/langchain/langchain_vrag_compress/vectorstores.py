@@ -20,11 +20,15 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from PIL import Image
-from vrag_compress.compress import get_compressor
-from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.index import Hit, VisualIndex, VisualIndexError
-from vrag_compress.ingest import Page, open_document
-from vrag_compress.store import DocumentRecord, PageRecord
+from vrag_compress import (
+    Hit,
+    Page,
+    PageEncoding,
+    VisualIndex,
+    VisualIndexError,
+    get_compressor,
+    open_document,
+)
 
 from langchain_vrag_compress._documents import (
     KIND_KEY,
@@ -189,19 +193,13 @@ class VragVectorStore(VectorStore):
         ids = _ids(ids, len(texts))
         if not texts:
             return []
-        vectors = self._embed_texts(texts)
-        pages = [
-            PageRecord(
-                page_id=i,
-                doc_id=entry_doc_id(i),
-                page_no=1,
-                vectors=v,
-                metadata={**m, KIND_KEY: TEXT_KIND},
-                text=t,
-            )
-            for i, v, m, t in zip(ids, vectors, metadatas, texts, strict=True)
-        ]
-        self._upsert(pages)
+        self.index.upsert_vectors(
+            self._embed_texts(texts),
+            page_ids=ids,
+            doc_ids=[entry_doc_id(i) for i in ids],
+            metadata=[{**m, KIND_KEY: TEXT_KIND} for m in metadatas],
+            texts=texts,
+        )
         return ids
 
     def add_images(
@@ -244,10 +242,6 @@ class VragVectorStore(VectorStore):
         for doc_id in dict.fromkeys(report.documents_indexed + report.documents_skipped):
             ids += self.index.store.page_ids(doc_id)
         return ids
-
-    def _upsert(self, pages: list[PageRecord]) -> None:
-        documents = [DocumentRecord(doc_id=p.doc_id, n_pages=1, complete=True) for p in pages]
-        self.index.store.upsert(pages, documents)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         """Delete entries by id (unknown ids are ignored); ``ids=None`` deletes everything."""

@@ -1,37 +1,23 @@
 """Fixtures: shared data, a deterministic word-hashing encoder, and a guard against OpenAI defaults.
 
-Tiny random Col* models give meaningless scores, so retrieval-quality tests use `WordEncoder`:
-each test page image is registered with the words "printed" on it, and every word maps to a fixed
-unit vector, so MaxSim ranks pages by shared words exactly like a real late-interaction model.
+Tiny random Col* models give meaningless scores, so retrieval-quality tests use
+`vrag_compress.testing.WordEncoder`: each test page image is registered with the words "printed"
+on it, and every word maps to a fixed unit vector, so MaxSim ranks pages by shared words.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("OPENAI_API_KEY", None)
 
 from llama_index.core import Settings  # noqa: E402
-from vrag_compress.bench.paths import data_dir  # noqa: E402
-from vrag_compress.encoders.base import PageEncoding  # noqa: E402
-from vrag_compress.ingest import Page  # noqa: E402
-
-DIM = 32
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    path = data_dir()
-    if not (path / "pdfs").is_dir():
-        pytest.fail(f"shared data not found at {path}; set VRAG_DATA_DIR", pytrace=False)
-    return path
+from vrag_compress import Page  # noqa: E402
+from vrag_compress.testing import WordEncoder, shared_data  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)
@@ -48,49 +34,6 @@ def no_default_models(monkeypatch: pytest.MonkeyPatch) -> None:
     for kind in ("llm", "embed_model"):
         original = getattr(settings_type, kind)
         monkeypatch.setattr(settings_type, kind, property(refuse(kind), original.fset))
-
-
-def word_vector(word: str) -> np.ndarray:
-    seed = int.from_bytes(hashlib.sha256(word.lower().encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
-    return vector / np.linalg.norm(vector)
-
-
-def image_key(image: Image.Image) -> str:
-    rgb = image.convert("RGB")
-    return hashlib.sha256(rgb.tobytes() + repr(rgb.size).encode()).hexdigest()
-
-
-class WordEncoder:
-    """Encoder protocol: a page is the vectors of its registered words; a query, of its words."""
-
-    model_id = "test-word-encoder"
-    dim = DIM
-    n_layers = 4
-
-    def __init__(self) -> None:
-        self.words: dict[str, list[str]] = {}
-        self.pages_encoded = 0
-
-    def page_image(self, words: list[str], seed: int) -> Image.Image:
-        """A unique noise image standing for a page on which `words` are printed."""
-        pixels = np.random.default_rng(seed).integers(0, 256, (48, 40, 3), dtype=np.uint8)
-        image = Image.fromarray(pixels, "RGB")
-        self.words[image_key(image)] = words
-        return image
-
-    def encode_pages(self, images: list[Image.Image], *, with_stats: bool = False):
-        self.pages_encoded += len(images)
-        encodings = []
-        for image in images:
-            words = self.words.get(image_key(image), ["unregistered"])
-            vectors = np.stack([word_vector(w) for w in words])
-            stats = np.ones((self.n_layers, len(words)), dtype=np.float32) if with_stats else None
-            encodings.append(PageEncoding(vectors, centrality=stats, eos_attention=stats))
-        return encodings
-
-    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
-        return [np.stack([word_vector(w) for w in q.split()]) for q in queries]
 
 
 # doc_id -> (metadata, pages' words); page n of a document is entry n-1

@@ -9,8 +9,6 @@ The node id is the page id `<doc_id>:<page_no>`, so a node and its stored page s
 
 from __future__ import annotations
 
-import base64
-import io
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -18,8 +16,7 @@ from typing import Any, Literal
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from PIL import Image
-from vrag_compress.index import Hit
-from vrag_compress.ingest import Page
+from vrag_compress import Hit, Page, image_base64, page_id
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +47,6 @@ _HIDDEN_KEYS = [
 ]
 
 
-def page_id(doc_id: str, page_no: int) -> str:
-    return f"{doc_id}:{page_no}"
-
-
 def check_image_mode(mode: str) -> ImageMode:
     if mode not in IMAGE_MODES:
         raise ValueError(f"image_mode must be one of {IMAGE_MODES}, got {mode!r}")
@@ -66,9 +59,7 @@ def mimetype(path: str | Path) -> str | None:
 
 def encode_png(image: Image.Image) -> str:
     """Base64 PNG, the form `ImageNode.image` holds inline."""
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return image_base64(image, "png")[0]
 
 
 def page_metadata(doc_id: str, page_no: int, source: str | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import BaseNode, Document, ImageDocument, ImageNode
 from llama_index.core.utils import get_tqdm_iterable
-from vrag_compress.ingest import find_documents, open_document
+from vrag_compress import DEFAULT_DPI, find_documents, open_document
 
 from llama_index.retrievers.vrag_compress.nodes import (
     new_page_node,
@@ -27,7 +27,6 @@ from llama_index.retrievers.vrag_compress.nodes import (
     set_inline_image,
 )
 
-DEFAULT_DPI = 150
 PATH_KEYS = ("file_path", "source")
 
 

@@ -16,8 +16,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
-from vrag_compress.encoders.base import Encoder
-from vrag_compress.index import VisualIndex
+from vrag_compress import Encoder, VisualIndex
 
 from llama_index.retrievers.vrag_compress.filters import StoreFilter, to_store_filter
 from llama_index.retrievers.vrag_compress.nodes import ImageMode, check_image_mode, hit_to_node

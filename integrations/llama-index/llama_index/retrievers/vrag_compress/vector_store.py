@@ -31,10 +31,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from PIL import Image
-from vrag_compress.compress.base import Compressor
-from vrag_compress.encoders.base import Encoder
-from vrag_compress.index import VisualIndex, VisualIndexError
-from vrag_compress.ingest import Page
+from vrag_compress import Compressor, Encoder, Page, VisualIndex, VisualIndexError
 
 from llama_index.retrievers.vrag_compress.filters import (
     StoreFilter,
