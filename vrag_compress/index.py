@@ -837,7 +837,7 @@ def _resolve_compressor(
             return get_compressor("sap", ratio=ratio, layers=list(profile.window))
         window = list(fallback_window(encoder.n_layers))
         log.warning(
-            "no calibrated SAP window for %s; using the fallback layers %s (SPEC §4). "
+            "no calibrated SAP window for %s; using the fallback layers %s. "
             "Run `vrag calibrate` for a better one.",
             _model_config_name(encoder),
             window,

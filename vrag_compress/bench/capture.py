@@ -3,7 +3,7 @@
 Each mode runs in a fresh child process (same model, same input) so that the resident-set
 high-water mark (VmHWM, reset after loading) measures that mode's forward pass alone:
   plain      the embedding forward (decoder SDPA), no statistics
-  streaming  the same forward with streaming capture (SPEC §3 statistics per layer)
+  streaming  the same forward with streaming capture (attention statistics per layer)
   eager      the forward with an eager decoder, no statistics (the time yardstick)
   naive      eager decoder + output_attentions=True, statistics from the kept maps
 """

@@ -41,7 +41,7 @@ def bench_compress(
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
 ) -> None:
     """ms/page of identity, sap, uot (fp32, bf16), random, eos, adaptive-eos, cluster, pool,
-    colpali-engine's pooler and the literal UOT loop; checks the issue's speed targets."""
+    colpali-engine's pooler and the literal UOT loop; checks the speed targets."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -239,7 +239,7 @@ def uot_agreement(outputs: dict[str, list]) -> dict[str, float]:
 
 
 def targets(results: dict, diff: dict) -> dict[str, dict]:
-    """The issue's speed targets, each with value, goal and whether it was met."""
+    """The speed targets, each with value, goal and whether it was met."""
     ms = {name: r["ms_per_page"] for name, r in results.items()}
     literal, pooler = ms["uot literal loop"], ms["colpali-engine pooler"]
     rows = {

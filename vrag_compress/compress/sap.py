@@ -84,7 +84,7 @@ class SAPCompressor(BaseCompressor):
             window = fallback_window(n_layers)
             warnings.warn(
                 f"sap: no layer window given; using the uncalibrated fallback {list(window)} "
-                f"for {n_layers} layers (SPEC §4). Calibrate with `vrag calibrate`.",
+                f"for {n_layers} layers. Calibrate with `vrag calibrate`.",
                 stacklevel=4,
             )
             return window

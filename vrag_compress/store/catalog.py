@@ -126,19 +126,6 @@ def translate_errors(path: Path) -> Iterator[None]:
         raise StoreError(f"catalog {path}: {exc}") from exc
 
 
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection, path: Path, *, write: bool) -> Iterator[None]:
-    """BEGIN IMMEDIATE (writes) or a deferred read snapshot; rolls back on any error."""
-    with translate_errors(path):
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-
 def read_meta(conn: sqlite3.Connection) -> dict[str, Any]:
     return {
         k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta") if k != META_CRC

@@ -178,10 +178,6 @@ def check_no_secrets(url: str) -> None:
         )
 
 
-def is_qdrant_url(text: str) -> bool:
-    return str(text).startswith(("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://"))
-
-
 def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
     """``qdrant://host:port/collection`` (server, ``qdrants://`` for HTTPS, ``?grpc=true``),
     ``qdrant+local://PATH[?collection=NAME]`` (local mode folder), ``qdrant+memory://NAME``."""

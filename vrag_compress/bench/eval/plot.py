@@ -62,23 +62,3 @@ def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, ti
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
-
-
-def markdown_table(result: dict[str, Any]) -> str:
-    """The result rows as a Markdown table (what docs/retention.md shows)."""
-    lines = [
-        "| method | γ | tokens/doc | NDCG@10 | NDCG@5 | R@1 | retention@10 | SR |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    full = result["full"]
-    lines.append(
-        f"| uncompressed | 1 | {result['tokens_per_doc_full']:.1f} | {full['ndcg@10']:.4f} | "
-        f"{full['ndcg@5']:.4f} | {full['recall@1']:.4f} | 1.000 | 1.000 |"
-    )
-    for row in result["results"]:
-        lines.append(
-            f"| {row['method']} | {row['ratio']:g} | {row['tokens_per_doc']:.1f} | "
-            f"{row['ndcg@10']:.4f} | {row['ndcg@5']:.4f} | {row['recall@1']:.4f} | "
-            f"{row['retention@10']:.3f} | {row['sr']:.3f} |"
-        )
-    return "\n".join(lines)
