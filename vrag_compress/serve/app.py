@@ -120,9 +120,7 @@ class Server:
         )
         self.chat_model = chat_model
         if chat_model is None and config.llm:
-            from vrag_compress import ask as asking
-
-            self.chat_model = asking.load_chat_model(config.llm)
+            self.chat_model = _langchain().load_chat_model(config.llm)
 
     def close(self) -> None:
         self.jobs.close()
@@ -491,16 +489,20 @@ def _add_api(app: FastAPI, server: Server) -> None:
 
 
 def _answer_stream(chat_model: Any, question: str, hits: list[Any]) -> Iterator[bytes]:
-    from vrag_compress import ask as asking
-
-    cited = [asking.citation(n, h) for n, h in enumerate(hits, start=1)]
-    for entry, hit in zip(cited, hits, strict=True):
-        entry["page_id"] = hit.page_id
-        entry["filename"] = hit.metadata.get("filename")
+    lc = _langchain()
+    pages = [lc.hit_to_document(hit, image_base64=True) for hit in hits]
+    cited = [
+        {
+            **lc.page_reference(n, page),
+            "page_no": hit.page_no,
+            "filename": hit.metadata.get("filename"),
+        }
+        for n, (page, hit) in enumerate(zip(pages, hits, strict=True), start=1)
+    ]
     yield _line({"type": "citations", "citations": cited})
     parts: list[str] = []
     try:
-        for chunk in chat_model.stream(asking.build_messages(question, hits)):
+        for chunk in chat_model.stream(lc.qa_messages(question, pages)):
             text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
             if text:
                 parts.append(text)
@@ -511,6 +513,17 @@ def _answer_stream(chat_model: Any, question: str, hits: list[Any]) -> Iterator[
         )
         return
     yield _line({"type": "done", "answer": "".join(parts)})
+
+
+def _langchain() -> Any:
+    """The LangChain integration, which owns the prompt, page image blocks and citations."""
+    try:
+        import langchain_vrag_compress
+    except ImportError as error:
+        raise RuntimeError(
+            "answering questions needs the LangChain integration: pip install 'vrag-compress[ask]'"
+        ) from error
+    return langchain_vrag_compress
 
 
 def _line(payload: dict[str, Any]) -> bytes:

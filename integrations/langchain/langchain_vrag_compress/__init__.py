@@ -1,5 +1,6 @@
 """LangChain integration for vrag-compress: visual page retrieval over compressed Col* indexes."""
 
+from langchain_vrag_compress._documents import hit_to_document
 from langchain_vrag_compress.document_loaders import PDFPageLoader
 from langchain_vrag_compress.qa import (
     DEFAULT_SYSTEM_PROMPT,
@@ -10,6 +11,7 @@ from langchain_vrag_compress.qa import (
     load_chat_model,
     page_reference,
     pages_to_message,
+    qa_messages,
 )
 from langchain_vrag_compress.retrievers import CompressedColPaliRetriever
 from langchain_vrag_compress.vectorstores import EmbeddingsEncoder, VragStoreError, VragVectorStore
@@ -25,7 +27,9 @@ __all__ = [
     "answer_pages",
     "citations",
     "create_visual_qa_chain",
+    "hit_to_document",
     "load_chat_model",
     "page_reference",
     "pages_to_message",
+    "qa_messages",
 ]
