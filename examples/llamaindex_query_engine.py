@@ -3,7 +3,7 @@
 Runs offline by default (tiny random ColQwen2 model, LlamaIndex's mock LLM, so the "answer" is
 the prompt echoed back); pass a real model and LLM for real answers:
 
-    python examples/llamaindex_query_engine.py /work/shared/data/pdfs/gov \
+    python examples/llamaindex_query_engine.py ../shared/data/pdfs/gov \
         --question "How many background checks were there in November 2015?"
     python examples/llamaindex_query_engine.py docs/ --model vidore/colqwen2-v1.0 \
         --llm openai:gpt-4o-mini          # needs llama-index-llms-openai and OPENAI_API_KEY
@@ -24,7 +24,11 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-DEFAULT_PDFS = ["/work/shared/data/pdfs/edge/multi_page.pdf"]
+# the shared data folder beside the repository (or $VRAG_DATA_DIR)
+DATA_DIR = Path(
+    os.environ.get("VRAG_DATA_DIR", Path(__file__).resolve().parents[2] / "shared/data")
+)
+DEFAULT_PDFS = [str(DATA_DIR / "pdfs" / "edge" / "multi_page.pdf")]
 
 
 def parse_args() -> argparse.Namespace:

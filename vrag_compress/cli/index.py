@@ -462,7 +462,10 @@ def info(
         return
     for key, value in details.items():
         out.print(f"[bold]{key}[/]: {escape(str(value))}")
-    table = Table("file", "pages", "doc id", "status", title="documents", title_justify="left")
+    table = Table(title="documents", title_justify="left")
+    table.add_column("file", overflow="fold", min_width=20)
+    for column in ("pages", "doc id", "status"):
+        table.add_column(column)
     for doc in docs:
         name = Path(doc["source"]).name if doc["source"] else "-"
         status = "complete" if doc["complete"] else "incomplete (re-run `vrag index` to resume)"
