@@ -147,7 +147,6 @@ def index(
         raise typer.BadParameter(
             f"no such file or folder: {', '.join(missing)}", param_hint="PATHS"
         )
-    vindex = None
     try:
         if VisualIndex.exists(index_dir):
             given = _explicit(ctx, "model") and model != "auto"
