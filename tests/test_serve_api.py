@@ -304,3 +304,20 @@ def test_non_loopback_binds_need_a_key(index_dir, monkeypatch):
     monkeypatch.delenv("VRAG_API_KEY", raising=False)
     result = CliRunner().invoke(cli, ["serve", str(index_dir), "--host", "0.0.0.0"])
     assert result.exit_code == 2 and "--api-key" in result.output
+
+
+def test_the_offline_default_encoder_serves_a_new_index(tmp_path, pdfs):
+    """`vrag serve DIR --model minilm` on an empty folder: create, upload, search, explain."""
+    index_dir = tmp_path / "minilm.vrag"
+    with serve(index_dir, model="minilm") as client:
+        assert client.get("/api/info").json()["pages"] == 0
+        with open(pdfs["scotus"], "rb") as f:
+            job = client.post("/api/documents", files={"file": ("t.pdf", f)}, headers=AUTH)
+        assert wait_for(client, job.json()["job"])["state"] == "done"
+        (hit,) = client.get("/api/search", params={"q": "supreme court argument"}).json()["hits"]
+        assert hit["metadata"]["filename"] == "t.pdf" and hit["regions"] == []
+        why = client.get(f"/api/pages/{hit['page_id']}/explain", params={"q": "court"}).json()
+        assert why["layout"] is None and why["heat"] is None and why["tokens"]
+        assert any(t["label"] and "court" in t["label"] for t in why["tokens"])
+        png = client.get(f"/api/pages/{hit['page_id']}/explain", params={"q": "c", "format": "png"})
+        assert png.status_code == 404 and "no patch layout" in png.json()["error"]

@@ -198,7 +198,7 @@ def find_regions(
     """Bounding boxes of the connected hot areas (heat >= threshold * max), heaviest first.
 
     A region's score is the summed contribution of the query tokens that landed in it."""
-    from scipy import ndimage
+    from scipy import ndimage  # type: ignore[import-untyped]
 
     peak = float(heat.max()) if heat.size else 0.0
     if peak <= 0:
@@ -235,11 +235,13 @@ def query_token_labels(encoder: Any, query: Any, n_tokens: int) -> list[str] | N
         if processor is not None and hasattr(processor, "process_queries"):
             batch = processor.process_queries([query])
             tokenizer = processor.tokenizer
-        else:
-            tokenizer = getattr(encoder, "tokenizer", None)
+        else:  # text encoders: their own tokenizer, or that of the token model they wrap
+            tokenizer = getattr(encoder, "tokenizer", None) or getattr(
+                getattr(encoder, "text", None), "tokenizer", None
+            )
             if tokenizer is None:
                 return None
-            batch = tokenizer([query], return_tensors="np")
+            batch = tokenizer([query], return_tensors="np", truncation=True)
         ids = np.asarray(batch["input_ids"])[0]
         mask = np.asarray(batch["attention_mask"])[0].astype(bool)
         tokens = tokenizer.convert_ids_to_tokens([int(i) for i in ids[mask]])

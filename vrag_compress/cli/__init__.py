@@ -12,6 +12,7 @@ import vrag_compress.bench.encode  # noqa: F401
 import vrag_compress.bench.ingest  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
+import vrag_compress.bench.serve  # noqa: F401
 import vrag_compress.bench.store  # noqa: F401
 from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
     calibrate,

@@ -85,15 +85,21 @@ class SerialEncoder:
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._encoder, name)
+        value = getattr(self._encoder, name)
+        if not (name.startswith("encode") and callable(value)):
+            return value
+
+        def serial(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return serial
 
     def encode_pages(self, images: list[Any], *, with_stats: bool = False) -> Any:
-        with self._lock:
-            return self._encoder.encode_pages(images, with_stats=with_stats)
+        return self.__getattr__("encode_pages")(images, with_stats=with_stats)
 
     def encode_queries(self, queries: list[str]) -> Any:
-        with self._lock:
-            return self._encoder.encode_queries(queries)
+        return self.__getattr__("encode_queries")(queries)
 
 
 class Server:
@@ -238,7 +244,7 @@ def _add_pages(app: FastAPI) -> None:
 
 def _swagger_folder() -> Path | None:
     try:
-        import swagger_ui_bundle
+        import swagger_ui_bundle  # type: ignore[import-untyped]
     except ImportError:
         return None
     return Path(swagger_ui_bundle.swagger_ui_path)

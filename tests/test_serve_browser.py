@@ -1,0 +1,202 @@
+"""The web page in a real browser: Debian's headless chromium driven by selenium.
+
+Search shows result cards (a hostile file name and metadata stay text), clicking a card shows
+the page with the heatmap drawn, and an upload reaches done with its progress bar full.
+Set VRAG_SCREENSHOTS=DIR to keep screenshots of each step.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from vrag_compress import VisualIndex, get_compressor
+from vrag_compress.serve import ServeConfig, create_app
+
+KEY = "browser-test-key"
+HOSTILE = "<img src=x onerror=window.pwned=1>.pdf"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def server(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("browser")
+    hostile = folder / HOSTILE
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", hostile)
+    index_dir = folder / "web.vrag"
+    compressor = get_compressor("uot", ratio=0.25)
+    with VisualIndex.create(index_dir, model="tiny-colqwen2", compressor=compressor) as index:
+        index.add(
+            [hostile, shared_data / "pdfs" / "edge" / "multi_page.pdf"],
+            metadata={"title": "<script>window.pwned=2</script>"},
+            progress=False,
+            ocr="never",
+        )
+    app = create_app(ServeConfig(index_dir, api_key=KEY, ocr="never"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert uv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    uv.should_exit = True
+    thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail(
+            "browser tests need Debian's chromium and chromium-driver "
+            "(apt-get install chromium chromium-driver; `make install` does it)",
+            pytrace=False,
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def shot(driver: webdriver.Chrome, name: str) -> None:
+    folder = os.environ.get("VRAG_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+
+
+def wait(driver: webdriver.Chrome, condition, timeout: float = 60):  # noqa: ANN001, ANN201
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d))
+
+
+def painted_pixels(driver: webdriver.Chrome) -> int:
+    return driver.execute_script(
+        "const c = document.getElementById('page-canvas');"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n;"
+    )
+
+
+def canvas_digest(driver: webdriver.Chrome) -> int:
+    """A checksum of the drawn overlay pixels (changes when any layer is switched)."""
+    return driver.execute_script(
+        "const c = document.getElementById('page-canvas');"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let h = 0; for (let i = 0; i < d.length; i += 7) h = (h * 31 + d[i]) % 1000000007;"
+        "return h;"
+    )
+
+
+def test_search_shows_cards_and_a_click_shows_the_heatmap(server, browser):
+    browser.get(server + "/")
+    wait(browser, lambda d: "pages" in d.find_element(By.ID, "index-info").text)
+    assert "6 pages" in browser.find_element(By.ID, "index-info").text
+    browser.find_element(By.ID, "q").send_keys("oral argument before the court")
+    browser.find_element(By.ID, "search-button").click()
+    cards = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#results .card"))
+    assert len(cards) == 6
+    names = [c.find_element(By.CLASS_NAME, "name").text for c in cards]
+    assert any(HOSTILE in name for name in names)  # shown as text, not turned into an element
+    assert browser.execute_script("return window.pwned === undefined")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#results img")) == 6  # thumbnails only
+    wait(
+        browser,
+        lambda d: all(
+            d.execute_script("return arguments[0].naturalWidth", img) > 0
+            for img in d.find_elements(By.CSS_SELECTOR, "#results img")
+        ),
+    )
+    assert "score" in cards[0].text and "page" in cards[0].text
+    shot(browser, "1-results")
+
+    cards[0].click()
+    wait(browser, lambda d: d.find_element(By.ID, "viewer").get_attribute("data-state") == "ready")
+    assert browser.find_element(By.ID, "viewer").is_displayed()
+    canvas = browser.find_element(By.ID, "page-canvas")
+    assert int(canvas.get_attribute("data-heat-cells")) > 0
+    heat_only = painted_pixels(browser)
+    assert heat_only > 0
+    assert "score" in browser.find_element(By.ID, "viewer-score").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#token-list li")
+    shot(browser, "2-heatmap")
+    heat_digest = canvas_digest(browser)
+    browser.find_element(By.ID, "toggle-overlay").click()  # UOT's merged groups tint the patches
+    assert painted_pixels(browser) >= heat_only and canvas_digest(browser) != heat_digest
+    shot(browser, "3-heatmap-overlay")
+    browser.find_element(By.ID, "toggle-heat").click()
+    browser.find_element(By.ID, "toggle-overlay").click()
+    browser.find_element(By.ID, "toggle-regions").click()
+    assert painted_pixels(browser) == 0
+    browser.find_element(By.ID, "viewer-close").click()
+    assert not browser.find_element(By.ID, "viewer").is_displayed()
+    assert browser.execute_script("return window.pwned === undefined")
+
+
+def test_upload_reaches_done_and_lists_the_document(server, browser, shared_data):
+    browser.get(server + "/")
+    key = browser.find_element(By.ID, "api-key")
+    key.send_keys(KEY)
+    browser.find_element(By.ID, "q").click()  # blur: the key is saved on change
+    pdf = shared_data / "pdfs" / "icdar2013" / "us-017.pdf"  # 7 pages
+    browser.find_element(By.ID, "upload-file").send_keys(str(pdf))
+    browser.find_element(By.ID, "upload-button").click()
+    bar = browser.find_element(By.ID, "upload-progress")
+    wait(browser, lambda d: bar.get_attribute("data-state") in ("done", "failed"), timeout=240)
+    status = browser.find_element(By.ID, "upload-status").text
+    assert bar.get_attribute("data-state") == "done", status
+    assert bar.get_attribute("value") == bar.get_attribute("max") == "7"
+    assert "us-017.pdf: done, 7/7 pages" in status
+    wait(browser, lambda d: "us-017.pdf (7 pages)" in d.find_element(By.ID, "documents").text)
+    shot(browser, "4-upload-done")
+    browser.find_element(By.ID, "q").send_keys("table")
+    browser.find_element(By.ID, "k").clear()
+    browser.find_element(By.ID, "k").send_keys("20")
+    browser.find_element(By.ID, "search-button").click()
+    cards = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#results .card"))
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 13)
+    assert any("us-017.pdf" in c.text for c in browser.find_elements(By.CSS_SELECTOR, ".card"))
+    assert cards
+
+
+def test_upload_without_the_key_shows_the_error(server, browser, shared_data):
+    browser.get(server + "/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(server + "/")
+    pdf = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
+    browser.find_element(By.ID, "upload-file").send_keys(str(pdf))
+    browser.find_element(By.ID, "upload-button").click()
+    status = browser.find_element(By.ID, "upload-status")
+    wait(browser, lambda d: "API key" in status.text)
+    assert "error" in status.get_attribute("class")

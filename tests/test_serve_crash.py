@@ -1,0 +1,105 @@
+"""`kill -9` of a real `vrag serve` process during an upload: the index verifies, and the next
+start resumes the upload under the same job id at its first uncommitted page, without duplicates.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vrag_compress import VisualIndex, get_compressor
+
+KEY = "crash-test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir), "--port", str(port)]
+    command += ["--api-key", KEY, "--ocr", "never"]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    process.kill()
+    raise AssertionError(f"server did not start: {log.read_text()[-2000:]}")
+
+
+@pytest.mark.slow
+def test_kill_9_during_upload_verifies_and_resumes(shared_data, tmp_path):
+    pdf = shared_data / "pdfs" / "icdar2013" / "eu-004.pdf"  # 15 pages
+    index_dir = tmp_path / "crash.vrag"
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    VisualIndex.create(
+        index_dir, model="tiny-colqwen2", compressor=compressor, batch_size=1
+    ).close()
+    port, log = free_port(), tmp_path / "server.log"
+    base = f"http://127.0.0.1:{port}"
+    server = start(index_dir, port, log)
+    try:
+        posted = httpx.post(
+            f"{base}/api/documents",
+            files={"file": ("eu-004.pdf", pdf.read_bytes(), "application/pdf")},
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=60,
+        )
+        assert posted.status_code == 202, posted.text
+        job = posted.json()["job"]
+        deadline = time.monotonic() + 300
+        status = {}
+        while time.monotonic() < deadline:
+            status = httpx.get(f"{base}/api/jobs/{job}", timeout=10).json()
+            if status["pages_done"] >= 2 or status["state"] in ("done", "failed"):
+                break
+            time.sleep(0.05)
+        assert status["state"] == "running" and 2 <= status["pages_done"] < 15, status
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+    with VisualIndex.open(index_dir, readonly=True) as index:
+        report = index.verify()
+        assert report.ok, report.problems
+        (document,) = index.documents()
+        committed = len(index.store.page_ids(document.doc_id))
+        assert not document.complete and 2 <= committed < 15
+
+    server = start(index_dir, port, log)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            status = httpx.get(f"{base}/api/jobs/{job}", timeout=10).json()
+            if status["state"] in ("done", "failed"):
+                break
+            time.sleep(0.3)
+        assert status["state"] == "done" and status["resumed"] is True, status
+        assert status["pages_done"] == status["pages_total"] == 15
+        assert httpx.get(f"{base}/api/verify", timeout=60).json()["ok"]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    with VisualIndex.open(index_dir, readonly=True) as index:
+        ids = index.store.page_ids()
+        assert len(ids) == len(set(ids)) == 15
+        assert index.documents()[0].complete
