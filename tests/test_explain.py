@@ -120,4 +120,6 @@ def test_show_query_writes_a_heatmap_with_a_legend(indexes, tmp_path):
         assert image.width == plain.width and image.height > plain.height  # legend strip below
         assert np.asarray(image.convert("RGB"))[: plain.height].std() > 0
     missing = CliRunner().invoke(app, [*args[:2], "nope", "1", "--query", "x"])
-    assert missing.exit_code == 1 and "no page 1 of document 'nope'" in missing.output
+    assert missing.exit_code == 1 and "no document 'nope'" in missing.output
+    no_page = CliRunner().invoke(app, [*args[:2], document.doc_id, "9", "--query", "x"])
+    assert no_page.exit_code == 1 and f"no page 9 of document {document.doc_id!r}" in no_page.output
