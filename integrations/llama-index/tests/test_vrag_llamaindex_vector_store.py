@@ -173,3 +173,47 @@ def test_bad_queries_are_refused(store, corpus_nodes):
         store.query(VectorStoreQuery(query_embedding=[0.1, 0.2], similarity_top_k=1))
     with pytest.raises(ValueError, match="default query mode"):
         store.query(VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.HYBRID))
+
+
+def test_close_releases_the_write_lock_and_readonly_opens_beside_a_writer(
+    tmp_path, encoder, corpus_nodes
+):
+    path = tmp_path / "locked"
+    with VragVectorStore.from_path(path, compressor="identity", encoder=encoder) as writer:
+        writer.add(corpus_nodes)
+        reader = VragVectorStore.from_path(path, encoder=encoder, readonly=True)
+        index = VectorStoreIndex.from_vector_store(reader, embed_model=StoreSideEmbedding())
+        assert top_ids(index, "apollo moon", similarity_top_k=1) == ["apollo:1"]
+        with pytest.raises(Exception, match="read-only|readonly"):
+            reader.add(corpus_nodes[:1])
+        reader.close()
+    again = VragVectorStore.from_path(path, encoder=encoder)  # the lock was released
+    assert again.client.store.count() == len(corpus_nodes)
+    again.close()
+
+
+def test_readonly_needs_an_existing_index(tmp_path, encoder):
+    with pytest.raises(Exception, match="no index here"):
+        VragVectorStore.from_path(tmp_path / "absent", encoder=encoder, readonly=True)
+    assert not (tmp_path / "absent").exists()
+
+
+def test_the_retriever_shares_the_store_and_its_encoder(index, store):
+    from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+
+    for source in (index, store):
+        retriever = CompressedColPaliRetriever(source, similarity_top_k=1)
+        assert retriever.index is store.client
+        assert retriever.index.encoder is store.client.encoder  # one model in memory
+        assert [r.node.node_id for r in retriever.retrieve("apollo moon")] == ["apollo:1"]
+
+
+def test_the_retriever_names_what_it_accepts(store):
+    from llama_index.core import SummaryIndex
+
+    from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+
+    with pytest.raises(TypeError, match="VragVectorStore"):
+        CompressedColPaliRetriever(SummaryIndex([]))
+    with pytest.raises(TypeError, match="got a int"):
+        CompressedColPaliRetriever(3)

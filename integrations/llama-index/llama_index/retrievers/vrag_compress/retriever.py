@@ -9,6 +9,7 @@ LlamaIndex embedding model is involved. Each hit comes back as a `NodeWithScore`
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,16 @@ from vrag_compress import Encoder, VisualIndex
 
 from llama_index.retrievers.vrag_compress.filters import StoreFilter, to_store_filter
 from llama_index.retrievers.vrag_compress.nodes import ImageMode, check_image_mode, hit_to_node
+from llama_index.retrievers.vrag_compress.vector_store import VragVectorStore
 
 
 class CompressedColPaliRetriever(BaseRetriever):
     """Top-k pages of a `VisualIndex` for a text query, as image nodes with scores.
 
     Args:
-        index: an open `VisualIndex`, or the path of an index folder (opened read-only).
+        index: an open `VisualIndex`, a `VragVectorStore`, a `VectorStoreIndex` over one (these
+            share the index and its loaded model), or the path of an index folder (opened
+            read-only, loading the model again unless `encoder` is given).
         similarity_top_k: how many pages to return.
         filters: LlamaIndex `MetadataFilters` (or a store filter dict) applied to every query.
         image_mode: "path" (stored page image file, inline PNG when the index keeps none),
@@ -36,7 +40,7 @@ class CompressedColPaliRetriever(BaseRetriever):
 
     def __init__(
         self,
-        index: VisualIndex | str | Path,
+        index: Any,
         *,
         similarity_top_k: int = 5,
         filters: MetadataFilters | StoreFilter | None = None,
@@ -49,9 +53,10 @@ class CompressedColPaliRetriever(BaseRetriever):
             raise TypeError(f"similarity_top_k must be an int, got {similarity_top_k!r}")
         if similarity_top_k < 1:
             raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
-        self._owns_index = not isinstance(index, VisualIndex)
-        if isinstance(index, VisualIndex):
-            self._index = index
+        shared = _shared_index(index)
+        self._owns_index = shared is None
+        if shared is not None:
+            self._index = shared
         else:
             self._index = VisualIndex.open(index, encoder=encoder, readonly=True)
         self.similarity_top_k = similarity_top_k
@@ -92,3 +97,23 @@ class CompressedColPaliRetriever(BaseRetriever):
         """Close the index if this retriever opened it from a path."""
         if self._owns_index:
             self._index.close()
+
+
+def _shared_index(index: Any) -> VisualIndex | None:
+    """The `VisualIndex` behind an index, vector store or `VectorStoreIndex`; None for a path."""
+    if isinstance(index, VisualIndex):
+        return index
+    if isinstance(index, VragVectorStore):
+        return index.index
+    store = getattr(index, "vector_store", None)  # VectorStoreIndex
+    if isinstance(store, VragVectorStore):
+        return store.index
+    if isinstance(index, (str, os.PathLike)):
+        return None
+    kind = type(index).__name__
+    if store is not None:
+        kind = f"{kind} over a {type(store).__name__}"
+    raise TypeError(
+        f"CompressedColPaliRetriever needs a VisualIndex, a VragVectorStore, a VectorStoreIndex "
+        f"over a VragVectorStore, or an index folder path; got a {kind}"
+    )

@@ -113,14 +113,38 @@ class VragVectorStore(BasePydanticVectorStore):
         encoder: Encoder | None = None,
         device: str = "auto",
         image_mode: str = "path",
+        readonly: bool = False,
     ) -> VragVectorStore:
         """Open the index at `path`, or create it there with `model` (default
         `vidore/colqwen2-v1.0`) and `compressor`; an explicit `model` must match an existing
-        index's model."""
-        index = VisualIndex.open_or_create(
-            path, model=model, encoder=encoder, device=device, compressor=compressor, ratio=ratio
-        )
+        index's model.
+
+        A writable store holds the index's write lock until `close()` (or the end of a `with`
+        block); `readonly=True` opens an existing index for queries only, beside a writer."""
+        if readonly:
+            index = VisualIndex.open(
+                path, model=model, encoder=encoder, device=device, readonly=True
+            )
+        else:
+            index = VisualIndex.open_or_create(
+                path,
+                model=model,
+                encoder=encoder,
+                device=device,
+                compressor=compressor,
+                ratio=ratio,
+            )
         return cls(index, image_mode=image_mode)
+
+    def close(self) -> None:
+        """Release the index (and its write lock); the store cannot be used afterwards."""
+        self._index.close()
+
+    def __enter__(self) -> VragVectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def class_name(cls) -> str:
