@@ -29,6 +29,7 @@ from vrag_compress.ingest import (
     iter_documents,
     iter_pages,
     open_document,
+    source_path,
 )
 
 MiB = 1 << 20
@@ -310,3 +311,10 @@ def test_discovery_streams_instead_of_walking_everything_first(tmp_path, monkeyp
 def test_unreadable_explicit_paths_still_come_back_as_errors(tmp_path):
     items = list(iter_documents([tmp_path / "missing.pdf", write_good_pdf(tmp_path / "g.pdf")]))
     assert isinstance(items[0], UnreadablePathError) and items[1] == tmp_path / "g.pdf"
+
+
+def test_a_displayed_non_utf8_path_leads_back_to_the_file(tmp_path):
+    path = write_good_pdf(tmp_path / os.fsdecode(b"d\xe9j\xe0-vu.pdf"))
+    shown = display_path(path)
+    assert shown.endswith("d\\xe9j\\xe0-vu.pdf")
+    assert source_path(shown) == path and source_path(str(tmp_path)) == tmp_path

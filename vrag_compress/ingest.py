@@ -439,6 +439,16 @@ def display_path(path: str | Path) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+def source_path(text: str) -> Path:
+    """The file a :func:`display_path` text names: the text itself when such a file exists, else
+    with its ``\\xNN`` escapes turned back into the raw bytes of the file name."""
+    path = Path(text)
+    if path.exists() or "\\x" not in text:
+        return path
+    raw = re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m[1], 16)]), text.encode("utf-8"))
+    return Path(os.fsdecode(raw))
+
+
 def default_memory_limit() -> int:
     """The page memory limit in bytes: ``VRAG_PAGE_MEMORY_MB`` when set, else 1 GiB."""
     value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()

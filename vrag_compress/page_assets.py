@@ -142,9 +142,9 @@ class PageAssets:
                 return image.convert("RGB")
         if not source:
             raise FileNotFoundError(f"page {page_no} has neither a stored image nor a source path")
-        from vrag_compress.ingest import open_document
+        from vrag_compress.ingest import open_document, source_path
 
-        with open_document(source, dpi=self.dpi, renderer=self.renderer) as document:
+        with open_document(source_path(source), dpi=self.dpi, renderer=self.renderer) as document:
             return document.page(page_no).image
 
     def save_layout(

@@ -29,6 +29,23 @@ class IndexProgress:
             transient=False,
         )
         self._task = self._progress.add_task(description, total=total, rate="")
+        self._description = description
+        self._files = 0
+
+    def discover(self, files: int = 0, pages: int = 0) -> None:
+        """Files found and pages planned so far, while the folders are still being walked: the
+        total grows and the label shows how many files were found."""
+        self._files += files
+        task = self._progress.tasks[0]
+        self._progress.update(
+            self._task,
+            total=(task.total or 0) + pages,
+            description=f"{self._description} (discovering: {self._files:,} files)",
+        )
+
+    def discovery_done(self) -> None:
+        """Every file has been found: the total is final."""
+        self._progress.update(self._task, description=f"{self._description} {self._files:,} files")
 
     def advance(self, pages: int) -> None:
         self._progress.advance(self._task, pages)
