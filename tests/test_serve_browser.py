@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def server(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("browser")
     hostile = folder / HOSTILE
     shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", hostile)
@@ -45,7 +46,12 @@ def server(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             progress=False,
             ocr="never",
         )
-    app = create_app(ServeConfig(index_dir, api_key=KEY, ocr="never"))
+    return index_dir
+
+
+@contextmanager
+def running(app) -> Iterator[str]:  # noqa: ANN001
+    """Serve ``app`` with uvicorn on a free loopback port for the duration of the block."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -56,9 +62,17 @@ def server(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     while not uv.started and time.monotonic() < deadline:
         time.sleep(0.1)
     assert uv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def server(served_index: Path) -> Iterator[str]:
+    with running(create_app(ServeConfig(served_index, api_key=KEY, ocr="never"))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +214,32 @@ def test_upload_without_the_key_shows_the_error(server, browser, shared_data):
     status = browser.find_element(By.ID, "upload-status")
     wait(browser, lambda d: "API key" in status.text)
     assert "error" in status.get_attribute("class")
+
+
+def test_ask_box_streams_the_answer_and_links_cited_regions(server, served_index, browser):
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    browser.get(server + "/")
+    wait(browser, lambda d: "pages" in d.find_element(By.ID, "index-info").text)
+    assert not browser.find_element(By.ID, "ask-section").is_displayed()  # no LLM: no ask box
+    model = GenericFakeChatModel(messages=iter([AIMessage("It is on the first page [1].")]))
+    with running(create_app(ServeConfig(served_index, ocr="never"), chat_model=model)) as url:
+        browser.get(url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "ask-section").is_displayed())
+        browser.find_element(By.ID, "ask-q").send_keys("where is the argument?")
+        browser.find_element(By.ID, "ask-button").click()
+        answer = browser.find_element(By.ID, "ask-answer")
+        wait(browser, lambda d: answer.text == "It is on the first page [1].")
+        links = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#citations a"))
+        assert links[0].text.startswith("[1] ") and ", page " in links[0].text
+        region_links = [a for a in links if "region x" in a.text]
+        assert region_links  # cited regions are links too
+        shot(browser, "5-ask")
+        region_links[0].click()
+        wait(
+            browser,
+            lambda d: d.find_element(By.ID, "viewer").get_attribute("data-state") == "ready",
+        )
+        assert painted_pixels(browser) > 0  # the heatmap and the cited region are drawn
+        shot(browser, "6-cited-region")
