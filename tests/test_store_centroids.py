@@ -182,3 +182,12 @@ def test_code_roundtrip_keeps_scores_close(codes, bytes_max):
     assert np.mean(np.argmax(exact, axis=1) == np.argmax(approx, axis=1)) >= 0.9
     with pytest.raises(ValueError, match="codes must be"):
         cz.code_roundtrip(tokens, "3bit")
+
+
+def test_assignment_through_the_centroid_ivf_matches_the_exact_nearest():
+    rng = np.random.default_rng(3)
+    tokens, _ = clustered(300)
+    centroids = tokens[rng.choice(len(tokens), 2048, replace=False)]  # data-like, as k-means
+    codes = cz.assign(tokens, centroids)  # K > 1,024: the IVF path
+    exact = np.argmax(tokens @ centroids.T, axis=1)
+    assert np.mean(codes == exact) >= 0.97

@@ -20,11 +20,12 @@ from vrag_compress.store.base import SearchResult, StoreCorruptError
 from vrag_compress.store.centroid_index import CentroidIndexes
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filters import compile_filter
-from vrag_compress.store.maxsim import gather_pages, maxsim_scores, top_k
+from vrag_compress.store.maxsim import gather_pages, maxsim_scores, one_blas_thread, top_k
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.validate import as_list, check_k, check_mode, check_query
 
 log = logging.getLogger(__name__)
+SMALL_RERANK_TOKENS = 1 << 17  # reranks up to this many vectors run BLAS on one thread
 
 Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
 
@@ -123,6 +124,9 @@ class Searcher:
                 cand = pos  # the filter left too few candidates: score all that pass it
         if len(cand) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if int((snap.bounds[cand + 1] - snap.bounds[cand]).sum()) <= SMALL_RERANK_TOKENS:
+            with one_blas_thread():
+                return self._exact(snap, [q], k, cand)[0]
         return self._exact(snap, [q], k, cand)[0]
 
     def _centroid_candidates(

@@ -1,0 +1,63 @@
+"""`vrag bench store`: the JSON a run reports, on synthetic and on resampled real pages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import vrag_compress.cli  # noqa: F401  (registers the commands)
+from vrag_compress.bench.eval.datasets import load_beir
+from vrag_compress.cli.app import app
+
+KEYS = ("open_s", "recall@10_two_stage", "bytes_per_page", "build_s", "params")
+
+
+def _check(report: dict, pages: int) -> None:
+    for key in KEYS:
+        assert key in report, key
+    assert report["pages"] == pages
+    assert 0.0 <= report["recall@10_two_stage"] <= 1.0
+    assert report["latency_ms"]["two_stage"] > 0 and report["latency_ms"]["exact"] > 0
+    assert report["size_mb"]["compressed"] > 0 and report["bytes_per_page"] > 0
+    assert report["params"]["k"] >= 1 and report["params"]["rerank"] >= 1
+    assert report["recall_queries"] == report["config"]["queries"]
+
+
+def test_synthetic(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    args = ["bench", "store", "--pages", "400", "--tokens-full", "100", "--queries", "12"]
+    args += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "32", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    _check(report, 400)
+    assert report["config"]["data"] == "synthetic"
+
+
+def test_real_pages_from_a_beir_folder(shared_data: Path, tmp_path: Path) -> None:
+    source = shared_data / "cranfield"
+    ds = load_beir(source)
+    folder = tmp_path / "mini"
+    folder.mkdir()
+    docs = list(ds.docs.items())[:40]
+    queries = list(ds.queries.items())[:8]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in docs if t)
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries)
+    )
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    out = tmp_path / "r.json"
+    args = ["bench", "store", "--data", "real", "--source-dataset", str(folder)]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--pages", "300", "--queries", "10"]
+    args += ["--bruteforce-queries", "0", "--no-full-store", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    _check(report, 300)
+    assert report["config"]["data"] == "real" and list((tmp_path / "cache").glob("*.npz"))
+    bad = CliRunner().invoke(app, ["bench", "store", "--data", "nope"])
+    assert bad.exit_code == 2
