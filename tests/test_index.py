@@ -252,7 +252,7 @@ def test_identical_files_are_indexed_once(tmp_path, shared_data):
 
 
 def test_a_page_that_fails_to_render_does_not_lose_the_rest(tmp_path, shared_data, monkeypatch):
-    import vrag_compress.index as index_module
+    import vrag_compress.indexing as index_module
     from vrag_compress.ingest import CorruptPDFError
 
     real_open = index_module.open_document

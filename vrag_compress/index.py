@@ -1,17 +1,15 @@
 """`VisualIndex`: the one object users hold. Joins ingestion, encoding, compression and the store.
 
-Indexing streams: pages are rendered one at a time, encoded and compressed in batches, and each
-batch is committed atomically together with the rows of the documents it touches, so an interrupted
-run resumes at the first uncommitted page and never stores a page twice.
+This module is the front door (create, open, add, search, get, delete, info, verify); the
+indexing pipeline behind `add` lives in `vrag_compress.indexing`, the stored settings in
+`vrag_compress.index_config`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +17,24 @@ import numpy as np
 from PIL import Image
 
 from vrag_compress.compress import get_compressor
-from vrag_compress.compress.base import CompressedPage, Compressor
-from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+from vrag_compress.compress.base import Compressor
+from vrag_compress.encoders.base import Encoder
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
-from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.index_config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DPI,
+    DEFAULT_MODEL,
+    DEFAULT_RATIO,
+    DEFAULT_RENDERER,
+    ImageOptions,
+    IndexConfig,
+    VisualIndexError,
+)
+from vrag_compress.indexing import AddReport, Indexer
+from vrag_compress.ingest import Page
 from vrag_compress.ingest import page_id as default_page_id
-from vrag_compress.ocr import PageOcr, PageText
+from vrag_compress.ocr import PageOcr
 from vrag_compress.page_assets import PageAssets
-from vrag_compress.progress import IndexProgress
 from vrag_compress.store import (
     DocumentRecord,
     LocalStore,
@@ -34,6 +42,7 @@ from vrag_compress.store import (
     PageRecord,
     VerifyReport,
 )
+from vrag_compress.store.base import SearchMode
 from vrag_compress.store.catalog import CATALOG_NAME
 from vrag_compress.store.open import (
     create_store,
@@ -43,13 +52,17 @@ from vrag_compress.store.open import (
 )
 from vrag_compress.version import __version__
 
+__all__ = [
+    "DEFAULT_MODEL",
+    "AddReport",
+    "Hit",
+    "IndexConfig",
+    "ModelMismatchError",
+    "VisualIndex",
+    "VisualIndexError",
+]
+
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "vidore/colqwen2-v1.0"
-
-
-class VisualIndexError(RuntimeError):
-    """A problem with the index as a whole (wrong model, missing folder, closed index)."""
 
 
 class ModelMismatchError(VisualIndexError):
@@ -108,79 +121,6 @@ class Hit:
         }
 
 
-@dataclass
-class AddReport:
-    """What one `add` call did: counts, and every failure with its reason."""
-
-    pages_indexed: int = 0
-    pages_skipped: int = 0
-    documents_indexed: list[str] = field(default_factory=list)
-    documents_skipped: list[str] = field(default_factory=list)
-    documents_replaced: list[str] = field(default_factory=list)
-    failures: list[dict[str, str]] = field(default_factory=list)
-    seconds: float = 0.0
-    ocr_mode: str = "never"
-    ocr_pages: list[dict[str, Any]] = field(default_factory=list)
-    ocr_failures: list[dict[str, str]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def record_ocr(self, page: Page, result: PageText) -> None:
-        """Per-page OCR timing; an OCR failure is listed but the page is still indexed."""
-        if result.error is not None:
-            entry = {"path": str(page.source), "page_no": str(page.page_no), "reason": result.error}
-            self.ocr_failures.append(entry)
-        elif result.ocr_ran:
-            self.ocr_pages.append(
-                {
-                    "doc_id": page.doc_id,
-                    "page_no": page.page_no,
-                    "seconds": round(result.seconds, 3),
-                    "chars": len(result.text or ""),
-                }
-            )
-
-    def ocr_summary(self) -> dict[str, Any]:
-        seconds = sum(p["seconds"] for p in self.ocr_pages)
-        return {
-            "mode": self.ocr_mode,
-            "pages": len(self.ocr_pages),
-            "seconds": round(seconds, 3),
-            "per_page": self.ocr_pages,
-            "failures": self.ocr_failures,
-        }
-
-    def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
-        entry = {"path": str(path), "reason": reason}
-        if page_no is not None:
-            entry["page_no"] = str(page_no)
-        self.failures.append(entry)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pages_indexed": self.pages_indexed,
-            "pages_skipped": self.pages_skipped,
-            "documents_indexed": self.documents_indexed,
-            "documents_skipped": self.documents_skipped,
-            "documents_replaced": self.documents_replaced,
-            "failures": self.failures,
-            "seconds": round(self.seconds, 3),
-            "ocr": self.ocr_summary(),
-        }
-
-
-@dataclass
-class _DocState:
-    """Bookkeeping for one document while its pages stream through the pipeline."""
-
-    opener: Callable[[], Document]
-    record: DocumentRecord
-    last_page: int
-    failed_pages: list[int] = field(default_factory=list)
-
-
 def _model_config_name(encoder: Encoder) -> str:
     return getattr(encoder, "model_id", type(encoder).__name__)
 
@@ -189,22 +129,25 @@ class VisualIndex:
     """A folder holding a compressed multi-vector index of document pages, plus their images."""
 
     def __init__(
-        self, path: Path, store: MultiVectorStore, encoder: Encoder | None, device: str
+        self,
+        path: Path,
+        store: MultiVectorStore,
+        encoder: Encoder | None,
+        device: str,
+        compressor: Compressor | None = None,
     ) -> None:
         self.path = path
         self.store = store
         self._encoder = encoder
         self._device = device
-        config = store.config
-        self.model_id: str = config["model_id"]
-        self.compressor: Compressor = get_compressor(
-            config["compressor"], **config.get("compressor_params", {})
-        )
-        self.batch_size: int = int(config.get("batch_size", 4))
-        self.dpi: int = int(config.get("dpi", 150))
-        self.renderer: str = config.get("renderer", "pypdfium2")
+        self.config = IndexConfig.from_dict(store.config)
+        self.model_id: str = self.config.model_id
+        self.batch_size: int = self.config.batch_size
+        self.dpi: int = self.config.dpi
+        self.renderer: str = self.config.renderer
+        self._compressor = compressor
         self.assets = PageAssets(
-            path, **config.get("images", {}), dpi=self.dpi, renderer=self.renderer
+            path, **self.config.images.to_dict(), dpi=self.dpi, renderer=self.renderer
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -215,11 +158,11 @@ class VisualIndex:
         model: str = DEFAULT_MODEL,
         compressor: Compressor | str | None = None,
         *,
-        ratio: float = 0.1,
+        ratio: float = DEFAULT_RATIO,
         device: str = "auto",
-        batch_size: int = 4,
-        dpi: int = 150,
-        renderer: str = "pypdfium2",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dpi: int = DEFAULT_DPI,
+        renderer: str = DEFAULT_RENDERER,
         store_images: bool = True,
         image_format: str = "webp",
         image_max_side: int = 1280,
@@ -239,27 +182,28 @@ class VisualIndex:
             from vrag_compress.encoders import load_encoder
 
             encoder = load_encoder(model, device=device, batch_size=batch_size)
-        compressor = _resolve_compressor(compressor, ratio, encoder)
-        config = {
-            "model_id": _model_config_name(encoder),
-            "dim": int(encoder.dim),
-            "encoder": _encoder_info(encoder),
-            "compressor": compressor.name,
-            "compressor_params": compressor.params,
-            "images": {"store": store_images, "format": image_format, "max_side": image_max_side},
-            "batch_size": batch_size,
-            "dpi": dpi,
-            "renderer": renderer,
-            "vrag_version": __version__,
-        }
+        built = _resolve_compressor(compressor, ratio, encoder)
+        config = IndexConfig(
+            model_id=_model_config_name(encoder),
+            dim=int(encoder.dim),
+            encoder=_encoder_info(encoder),
+            compressor=built.name,
+            compressor_params=built.params,
+            compressor_module=_outside_module(built),
+            images=ImageOptions(store=store_images, format=image_format, max_side=image_max_side),
+            batch_size=batch_size,
+            dpi=dpi,
+            renderer=renderer,
+            vrag_version=__version__,
+        ).to_dict()
         if store is None:
-            return cls(path, LocalStore.create(path, config), encoder, device)
+            return cls(path, LocalStore.create(path, config), encoder, device, built)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise VisualIndexError(f"{path} already exists and is not an empty folder")
         remote = create_store(store, config)
         path.mkdir(parents=True, exist_ok=True)
         write_store_pointer(path, store)
-        return cls(path, remote, encoder, device)
+        return cls(path, remote, encoder, device, built)
 
     @classmethod
     def open_or_create(
@@ -308,16 +252,16 @@ class VisualIndex:
                 f"{path}: no index here (create one with `vrag index ... --index {path}`)"
             )
         target = store or read_store_pointer(path) or path
-        store = open_store(target, readonly=readonly)
-        recorded = store.config["model_id"]
+        opened = open_store(target, readonly=readonly)
+        recorded = opened.config["model_id"]
         asked = model or (encoder and _model_config_name(encoder))
         if asked and asked != recorded:
-            store.close()
+            opened.close()
             raise ModelMismatchError(
                 f"{path} was indexed with model {recorded!r}, not {asked!r}: query vectors of "
                 "different models are not comparable. Open it without a model, or re-index."
             )
-        return cls(path, store, encoder, device)
+        return cls(path, opened, encoder, device)
 
     def close(self) -> None:
         self.store.close()
@@ -339,6 +283,13 @@ class VisualIndex:
             )
         return self._encoder
 
+    @property
+    def compressor(self) -> Compressor:
+        """The compressor recorded in the index, rebuilt from its name and parameters."""
+        if self._compressor is None:
+            self._compressor = _recorded_compressor(self.config)
+        return self._compressor
+
     # ----------------------------------------------------------------- reading
     def search(
         self,
@@ -346,7 +297,7 @@ class VisualIndex:
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
-        mode: str = "auto",
+        mode: SearchMode = "auto",
     ) -> list[Hit]:
         """Top-k pages by exact MaxSim of the query against the compressed page vectors."""
         vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
@@ -422,23 +373,23 @@ class VisualIndex:
         return self.store.verify()
 
     def info(self, *, measure_recall: bool = False) -> dict[str, Any]:
-        """Model, compressor, counts, size and the candidate index's parameters; with
-        ``measure_recall`` also its recall@10 against exact search on sampled stored pages."""
-        config = self.store.config
+        """Model, compressor, counts, size and the candidate index's parameters (from the
+        recorded config, no model load); with ``measure_recall`` also its recall@10 against
+        exact search on sampled stored pages."""
         docs = self.documents()
         index_info = getattr(self.store, "index_info", None)
         return {
             "path": str(self.path),
             "model_id": self.model_id,
-            "dim": config["dim"],
-            "compressor": self.compressor.name,
-            "compressor_params": self.compressor.params,
+            "dim": self.config.dim,
+            "compressor": self.config.compressor,
+            "compressor_params": self.config.compressor_params,
             "documents": len(docs),
             "incomplete_documents": sum(not d.complete for d in docs),
             "pages": self.store.count(),
-            "images": config.get("images", {}),
+            "images": self.config.images.to_dict(),
             "size_mb": round(_folder_size(self.path) / 2**20, 3),
-            "vrag_version": config.get("vrag_version"),
+            "vrag_version": self.config.vrag_version,
             "candidate_index": (
                 None if index_info is None else index_info(measure_recall=measure_recall)
             ),
@@ -501,27 +452,7 @@ class VisualIndex:
             raise ValueError(
                 f"upsert_pages: {len(pages)} pages, {len(ids)} ids, {len(metas)} metadata dicts"
             )
-        for start in range(0, len(pages), self.batch_size):
-            chunk = slice(start, start + self.batch_size)
-            encodings, compressed = self._encode(pages[chunk])
-            empty = [i for i, e in zip(ids[chunk], encodings, strict=True) if e.n_tokens == 0]
-            if empty:
-                raise VisualIndexError(f"the encoder produced no visual tokens for pages {empty}")
-            records = [
-                self._page_record(page, encoding, packed, metadata=meta, page_id=page_id)
-                for page, encoding, packed, meta, page_id in zip(
-                    pages[chunk], encodings, compressed, metas[chunk], ids[chunk], strict=True
-                )
-            ]
-            documents = {
-                r.doc_id: DocumentRecord(
-                    doc_id=r.doc_id, source=r.metadata.get("source"), complete=True
-                )
-                for r in records
-                if self.store.document(r.doc_id) is None
-            }
-            self.store.upsert(records, documents=list(documents.values()))
-        return ids
+        return self._indexer().upsert(pages, ids, metas)
 
     def upsert_vectors(
         self,
@@ -552,23 +483,6 @@ class VisualIndex:
         self.store.upsert(records, documents)
         return list(page_ids)
 
-    def _encode(
-        self, pages: Sequence[Page], texts: Sequence[str | None] | None = None
-    ) -> tuple[list[PageEncoding], list[CompressedPage]]:
-        """Encode a batch of pages and compress those that have visual tokens (same order;
-        pages without tokens get an encoding with 0 tokens and no compressed entry).
-
-        Text encoders (MiniLM) read `texts` (OCR'd text where given, else the text layer)."""
-        stats = self.compressor.requires_stats
-        if isinstance(self.encoder, ReadsPageText):
-            if texts is None:
-                texts = [p.text for p in pages]
-            encodings = self.encoder.encode_page_texts(list(texts), with_stats=stats)
-        else:
-            encodings = self.encoder.encode_pages([p.image for p in pages], with_stats=stats)
-        compressed = self.compressor.compress_many([e for e in encodings if e.n_tokens > 0])
-        return encodings, compressed
-
     def add(
         self,
         items: str | Path | Iterable[str | Path] | Sequence[Page],
@@ -585,240 +499,20 @@ class VisualIndex:
         """
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
         page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
-        report = AddReport(ocr_mode=page_ocr.mode)
-        started = time.perf_counter()
-        states = self._plan(items, metadata or {}, report)
-        total = sum(s.record.n_pages - s.last_page for s in states)
-        with IndexProgress(total, enabled=progress) as bar:
-            batch: list[tuple[_DocState, Page]] = []
-            for state, page in self._stream(states, report):
-                batch.append((state, page))
-                if len(batch) >= self.batch_size:
-                    self._commit(batch, report, bar, page_ocr)
-                    batch = []
-            self._commit(batch, report, bar, page_ocr)
-        self._finish(states, report)
-        report.seconds = time.perf_counter() - started
-        return report
+        return self._indexer().add(items, metadata or {}, progress=progress, page_ocr=page_ocr)
 
-    def _plan(self, items: Any, metadata: dict[str, Any], report: AddReport) -> list[_DocState]:
-        """Open every document, skip unchanged ones, and find where interrupted ones resume."""
-        if isinstance(items, (str, Path)):
-            items = [items]
-        items = list(items)
-        if items and all(isinstance(i, Page) for i in items):
-            return self._plan_pages(items, metadata, report)
-        paths, errors = find_documents(items)
-        for error in errors:
-            report.fail(error.path, error.reason)
-        states: list[_DocState] = []
-        seen: dict[str, Path] = {}
-        for path in paths:
-            try:
-                with open_document(path, dpi=self.dpi, renderer=self.renderer) as document:
-                    opener = partial(
-                        open_document,
-                        path,
-                        doc_id=document.doc_id,
-                        dpi=self.dpi,
-                        renderer=self.renderer,
-                    )
-                    state = self._resume_state(document, opener, metadata, report, seen)
-            except IngestError as error:
-                report.fail(error.path, error.reason)
-                continue
-            seen.setdefault(document.doc_id, path)
-            if state is not None:
-                states.append(state)
-        return states
-
-    def _plan_pages(
-        self, pages: list[Page], metadata: dict[str, Any], report: AddReport
-    ) -> list[_DocState]:
-        states: dict[str, _DocState] = {}
-        for doc_id in dict.fromkeys(p.doc_id for p in pages):
-            doc_pages = [p for p in pages if p.doc_id == doc_id]
-            document = _PagesDocument(doc_id, doc_pages)
-            state = self._resume_state(document, lambda d=document: d, metadata, report)
-            if state is not None:
-                states[doc_id] = state
-        return list(states.values())
-
-    def _resume_state(
-        self,
-        document: Document | _PagesDocument,
-        opener: Callable[[], Any],
-        metadata: dict[str, Any],
-        report: AddReport,
-        seen: dict[str, Path] | None = None,
-    ) -> _DocState | None:
-        """Where this document's indexing starts, or None when there is nothing to do
-        (already complete, or the same content as another file of this run)."""
-        if seen and document.doc_id in seen:
-            log.info(
-                "%s has the same content as %s; indexed once",
-                document.source,
-                seen[document.doc_id],
-            )
-            report.documents_skipped.append(document.doc_id)
-            return None
-        existing = self.store.document(document.doc_id)
-        if existing is not None and existing.complete:
-            report.documents_skipped.append(document.doc_id)
-            report.pages_skipped += existing.n_pages or 0
-            return None
-        stored = [r.page_no for r in self.store.get(self.store.page_ids(document.doc_id))]
-        record = DocumentRecord(
-            doc_id=document.doc_id,
-            source=str(Path(document.source).resolve()) if document.source else None,
-            content_hash=document.content_hash,
-            n_pages=document.n_pages,
-            complete=False,
-            metadata=dict(metadata),
+    def _indexer(self) -> Indexer:
+        return Indexer(
+            self.store,
+            self.assets,
+            lambda: self.encoder,
+            lambda: self.compressor,
+            self.delete,
+            model_id=self.model_id,
+            batch_size=self.batch_size,
+            dpi=self.dpi,
+            renderer=self.renderer,
         )
-        return _DocState(opener, record, last_page=max(stored, default=0))
-
-    def _stream(
-        self, states: list[_DocState], report: AddReport
-    ) -> Iterator[tuple[_DocState, Page]]:
-        """Pages of every planned document, rendered lazily, from each one's resume point.
-
-        Documents are opened one at a time; a page that fails to render is reported and the
-        document's later pages still get indexed."""
-        for state in states:
-            try:
-                document = state.opener()
-            except IngestError as error:
-                report.fail(error.path, error.reason)
-                continue
-            try:
-                for page_no in range(state.last_page + 1, document.n_pages + 1):
-                    try:
-                        page = document.page(page_no)
-                    except LookupError:  # caller-rendered pages may skip numbers
-                        continue
-                    except IngestError as error:
-                        report.fail(error.path, error.reason, page_no)
-                        state.failed_pages.append(page_no)
-                        continue
-                    yield state, page
-            finally:
-                document.close()
-
-    def _commit(
-        self,
-        batch: list[tuple[_DocState, Page]],
-        report: AddReport,
-        bar: IndexProgress,
-        page_ocr: PageOcr | None = None,
-    ) -> None:
-        """OCR where needed, encode, compress, save images, and commit one batch atomically."""
-        if not batch:
-            return
-        pages = [page for _, page in batch]
-        texts = self._page_texts(pages, page_ocr or PageOcr("never"), report)
-        encodings, compressed = self._encode(pages, [t.text for t in texts])
-        usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
-        reason = "the encoder produced no visual tokens"
-        if isinstance(self.encoder, ReadsPageText):
-            reason = "no text on this page (text layer or OCR)"
-            reason += f" for the text encoder {self.model_id}"
-        for i in sorted(set(range(len(pages))) - set(usable)):
-            report.fail(pages[i].source, reason, pages[i].page_no)
-        records = [
-            self._page_record(
-                pages[i], encodings[i], c, metadata=batch[i][0].record.metadata, text=texts[i]
-            )
-            for i, c in zip(usable, compressed, strict=True)
-        ]
-        touched: dict[str, _DocState] = {}
-        for state, page in batch:
-            state.last_page = page.page_no
-            touched[state.record.doc_id] = state
-        for state in touched.values():
-            state.record.complete = state.last_page >= (state.record.n_pages or 0)
-        self.store.add(records, documents=[s.record for s in touched.values()])
-        report.pages_indexed += len(records)
-        bar.advance(len(batch))
-
-    @staticmethod
-    def _page_texts(pages: list[Page], page_ocr: PageOcr, report: AddReport) -> list[PageText]:
-        """Each page's text layer, or its OCR'd text; OCR failures are reported, not raised."""
-        texts = page_ocr.page_texts([p.image for p in pages], [p.text for p in pages])
-        for page, text in zip(pages, texts, strict=True):
-            report.record_ocr(page, text)
-        return texts
-
-    def _page_record(
-        self,
-        page: Page,
-        encoding: PageEncoding,
-        compressed: CompressedPage,
-        *,
-        metadata: dict[str, Any],
-        text: PageText | None = None,
-        page_id: str | None = None,
-    ) -> PageRecord:
-        """Save the page's image and layout, and build its catalog record."""
-        image_ref = self.assets.save(page.doc_id, page.page_no, page.image, page_id)
-        self.assets.save_layout(
-            page.doc_id, page.page_no, encoding, compressed, page.image.size, page_id
-        )
-        metadata = {**metadata, "n_tokens": encoding.n_tokens}
-        if page.source:
-            metadata["source"] = str(Path(page.source).resolve())
-            metadata["filename"] = Path(page.source).name
-        if text is None:
-            text = PageText(page.text or None, "layer" if page.text else "none")
-        metadata["text_source"] = text.source
-        return PageRecord(
-            page_id=page_id or page.page_id,
-            doc_id=page.doc_id,
-            page_no=page.page_no,
-            vectors=compressed.vectors,
-            metadata=metadata,
-            image_ref=image_ref,
-            text=text.text,
-        )
-
-    def _finish(self, states: list[_DocState], report: AddReport) -> None:
-        """Mark finished documents and retire older versions of the same source files."""
-        for state in states:
-            record = state.record
-            if state.failed_pages:
-                record.metadata = {**record.metadata, "failed_pages": state.failed_pages}
-            if state.failed_pages or (
-                not record.complete and state.last_page >= (record.n_pages or 0)
-            ):
-                record.complete = True
-                self.store.put_document(record)
-            if not record.complete:
-                continue
-            report.documents_indexed.append(record.doc_id)
-            for old in self.store.documents():
-                if old.source == record.source and old.doc_id != record.doc_id:
-                    self.delete(old.doc_id)
-                    report.documents_replaced.append(old.doc_id)
-
-
-class _PagesDocument:
-    """Adapts already-rendered `Page`s of one document to the `Document` interface."""
-
-    def __init__(self, doc_id: str, pages: list[Page]) -> None:
-        self.doc_id = doc_id
-        self.pages = sorted(pages, key=lambda p: p.page_no)
-        self.source = pages[0].source
-        self.content_hash = doc_id
-        self.n_pages = max(p.page_no for p in pages)
-
-    def page(self, page_no: int) -> Page:
-        for page in self.pages:
-            if page.page_no == page_no:
-                return page
-        raise LookupError(page_no)
-
-    def close(self) -> None:
-        pass
 
 
 def _resolve_compressor(
@@ -852,6 +546,29 @@ def _resolve_compressor(
             "as `compressor`"
         )
     return get_compressor(name, ratio=ratio)
+
+
+def _recorded_compressor(config: IndexConfig) -> Compressor:
+    """Rebuild the index's compressor; a compressor defined outside the package must have been
+    registered (by importing its module) first."""
+    from vrag_compress.compress import list_compressors
+
+    if config.compressor not in list_compressors():
+        where = (
+            f" (defined in module {config.compressor_module!r})" if config.compressor_module else ""
+        )
+        raise VisualIndexError(
+            f"this index was built with the compressor {config.compressor!r}{where}, which is not "
+            "registered here; import the module that registers it (register_compressor) "
+            "before adding pages"
+        )
+    return get_compressor(config.compressor, **config.compressor_params)
+
+
+def _outside_module(compressor: Compressor) -> str | None:
+    """The module of a compressor class defined outside vrag_compress (recorded in the config)."""
+    module = type(compressor).__module__
+    return None if module.split(".")[0] == "vrag_compress" else module
 
 
 def _encoder_info(encoder: Encoder) -> dict[str, Any]:

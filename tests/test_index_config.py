@@ -1,0 +1,52 @@
+"""The index config: one typed, versioned record, read back exactly as written."""
+
+from __future__ import annotations
+
+import pytest
+
+from vrag_compress.index_config import (
+    CONFIG_VERSION,
+    DEFAULT_DPI,
+    ImageOptions,
+    IndexConfig,
+    IndexConfigError,
+)
+
+# A config as indexes written before the config was versioned store it.
+LEGACY = {
+    "model_id": "vidore/colqwen2-v1.0",
+    "dim": 128,
+    "encoder": {"model_id": "vidore/colqwen2-v1.0", "dim": 128, "n_layers": 28},
+    "compressor": "sap",
+    "compressor_params": {"ratio": 0.1, "layers": [18, 19, 20, 21, 22, 23], "n_layers": None},
+    "images": {"store": True, "format": "webp", "max_side": 1280},
+    "batch_size": 4,
+    "dpi": 150,
+    "renderer": "pypdfium2",
+    "vrag_version": "0.1.0",
+}
+
+
+def test_a_legacy_config_reads_and_writes_back_with_a_version():
+    config = IndexConfig.from_dict(LEGACY)
+    assert config.compressor_params["layers"] == [18, 19, 20, 21, 22, 23]
+    assert config.images == ImageOptions(store=True, format="webp", max_side=1280)
+    assert config.to_dict() == {**LEGACY, "config_version": CONFIG_VERSION}
+    assert IndexConfig.from_dict(config.to_dict()) == config
+
+
+def test_missing_optional_keys_take_the_defaults_and_unknown_keys_survive():
+    minimal = {"model_id": "m", "dim": 8, "compressor": "random", "calibration": {"window": [1]}}
+    config = IndexConfig.from_dict(minimal)
+    assert config.dpi == DEFAULT_DPI == 150
+    assert config.images == ImageOptions()
+    assert config.to_dict()["calibration"] == {"window": [1]}
+
+
+def test_a_newer_or_broken_config_is_refused_with_the_reason():
+    with pytest.raises(IndexConfigError, match="newer than this vrag_compress"):
+        IndexConfig.from_dict({**LEGACY, "config_version": CONFIG_VERSION + 1})
+    with pytest.raises(IndexConfigError, match=r"missing \['dim'\]"):
+        IndexConfig.from_dict({"model_id": "m", "compressor": "sap"})
+    with pytest.raises(IndexConfigError, match="invalid"):
+        IndexConfig.from_dict({**LEGACY, "images": {"colour": "red"}})

@@ -1,0 +1,122 @@
+"""What an index was built with: the typed, versioned config written at create and read at open.
+
+The store keeps the config as a JSON object; this module is the only code that turns it into
+values (`IndexConfig.from_dict`) or back (`IndexConfig.to_dict`). The defaults an index is created
+with (model, DPI, renderer, batch size, images) are defined here once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+CONFIG_VERSION = 1
+"""Bumped when the meaning of a key changes; older configs are still read (missing keys take the
+defaults below), newer ones are refused with an upgrade hint."""
+
+DEFAULT_MODEL = "vidore/colqwen2-v1.0"
+DEFAULT_METHOD = "sap"
+DEFAULT_RATIO = 0.1
+DEFAULT_BATCH_SIZE = 4
+DEFAULT_DPI = 150
+DEFAULT_RENDERER = "pypdfium2"
+
+
+class VisualIndexError(RuntimeError):
+    """A problem with the index as a whole (wrong model, missing folder, closed index)."""
+
+
+class IndexConfigError(VisualIndexError):
+    """The stored index config is unreadable or from a newer version of the package."""
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """Whether page images are stored in the index folder, in which format, at what size."""
+
+    store: bool = True
+    format: str = "webp"
+    max_side: int = 1280
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"store": self.store, "format": self.format, "max_side": self.max_side}
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """The index's model, compressor and page-rendering settings (JSON keys as stored).
+
+    ``compressor``/``compressor_params`` rebuild the compressor with ``get_compressor``;
+    ``compressor_module`` names the module that registers a compressor defined outside the
+    package, so an index opened before that module is imported can say what to import.
+    ``extra`` keeps keys this version does not know (written by newer code or by tools).
+    """
+
+    model_id: str
+    dim: int
+    compressor: str
+    compressor_params: dict[str, Any] = field(default_factory=dict)
+    encoder: dict[str, Any] = field(default_factory=dict)
+    compressor_module: str | None = None
+    images: ImageOptions = field(default_factory=ImageOptions)
+    batch_size: int = DEFAULT_BATCH_SIZE
+    dpi: int = DEFAULT_DPI
+    renderer: str = DEFAULT_RENDERER
+    vrag_version: str | None = None
+    config_version: int = CONFIG_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the store records (keys unchanged since the first index format)."""
+        data: dict[str, Any] = {
+            **self.extra,
+            "config_version": self.config_version,
+            "model_id": self.model_id,
+            "dim": self.dim,
+            "encoder": dict(self.encoder),
+            "compressor": self.compressor,
+            "compressor_params": dict(self.compressor_params),
+            "images": self.images.to_dict(),
+            "batch_size": self.batch_size,
+            "dpi": self.dpi,
+            "renderer": self.renderer,
+            "vrag_version": self.vrag_version,
+        }
+        if self.compressor_module is not None:
+            data["compressor_module"] = self.compressor_module
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IndexConfig:
+        """Read a stored config; keys missing from older indexes take today's defaults."""
+        if not isinstance(data, dict):
+            raise IndexConfigError(f"index config must be a JSON object, got {type(data).__name__}")
+        version = data.get("config_version", CONFIG_VERSION)
+        if not isinstance(version, int) or version > CONFIG_VERSION:
+            raise IndexConfigError(
+                f"index config version {version!r} is newer than this vrag_compress understands "
+                f"(up to {CONFIG_VERSION}); upgrade vrag_compress to open this index"
+            )
+        missing = [key for key in ("model_id", "dim", "compressor") if key not in data]
+        if missing:
+            raise IndexConfigError(f"index config is missing {missing}; got keys {sorted(data)}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        images = data.get("images") or {}
+        try:
+            return cls(
+                model_id=str(data["model_id"]),
+                dim=int(data["dim"]),
+                compressor=str(data["compressor"]),
+                compressor_params=dict(data.get("compressor_params") or {}),
+                encoder=dict(data.get("encoder") or {}),
+                compressor_module=data.get("compressor_module"),
+                images=ImageOptions(**images),
+                batch_size=int(data.get("batch_size", DEFAULT_BATCH_SIZE)),
+                dpi=int(data.get("dpi", DEFAULT_DPI)),
+                renderer=str(data.get("renderer", DEFAULT_RENDERER)),
+                vrag_version=data.get("vrag_version"),
+                config_version=version,
+                extra={k: v for k, v in data.items() if k not in known},
+            )
+        except (TypeError, ValueError) as exc:
+            raise IndexConfigError(f"index config is invalid: {exc}") from exc

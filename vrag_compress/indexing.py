@@ -1,0 +1,445 @@
+"""The indexing pipeline behind `VisualIndex.add` and `upsert_pages`.
+
+plan (open every document, skip unchanged ones, find where interrupted ones resume) -> stream
+(render pages lazily from each resume point) -> commit (OCR, encode, compress, save images, one
+atomic store write per batch) -> finish (mark documents complete, retire older versions).
+Each batch is committed together with the rows of the documents it touches, so an interrupted
+run resumes at the first uncommitted page and never stores a page twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from vrag_compress.compress.base import CompressedPage, Compressor
+from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+from vrag_compress.index_config import VisualIndexError
+from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.ocr import PageOcr, PageText
+from vrag_compress.page_assets import PageAssets
+from vrag_compress.progress import IndexProgress
+from vrag_compress.store import DocumentRecord, MultiVectorStore, PageRecord
+
+log = logging.getLogger(__name__)
+
+
+class NoVisualTokensError(VisualIndexError):
+    """The encoder produced no visual tokens for pages given by id (adapter upserts)."""
+
+
+@dataclass
+class AddReport:
+    """What one `add` call did: counts, and every failure with its reason."""
+
+    pages_indexed: int = 0
+    pages_skipped: int = 0
+    documents_indexed: list[str] = field(default_factory=list)
+    documents_skipped: list[str] = field(default_factory=list)
+    documents_replaced: list[str] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    ocr_mode: str = "never"
+    ocr_pages: list[dict[str, Any]] = field(default_factory=list)
+    ocr_failures: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def record_ocr(self, page: Page, result: PageText) -> None:
+        """Per-page OCR timing; an OCR failure is listed but the page is still indexed."""
+        if result.error is not None:
+            entry = {"path": str(page.source), "page_no": str(page.page_no), "reason": result.error}
+            self.ocr_failures.append(entry)
+        elif result.ocr_ran:
+            self.ocr_pages.append(
+                {
+                    "doc_id": page.doc_id,
+                    "page_no": page.page_no,
+                    "seconds": round(result.seconds, 3),
+                    "chars": len(result.text or ""),
+                }
+            )
+
+    def ocr_summary(self) -> dict[str, Any]:
+        seconds = sum(p["seconds"] for p in self.ocr_pages)
+        return {
+            "mode": self.ocr_mode,
+            "pages": len(self.ocr_pages),
+            "seconds": round(seconds, 3),
+            "per_page": self.ocr_pages,
+            "failures": self.ocr_failures,
+        }
+
+    def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
+        entry = {"path": str(path), "reason": reason}
+        if page_no is not None:
+            entry["page_no"] = str(page_no)
+        self.failures.append(entry)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pages_indexed": self.pages_indexed,
+            "pages_skipped": self.pages_skipped,
+            "documents_indexed": self.documents_indexed,
+            "documents_skipped": self.documents_skipped,
+            "documents_replaced": self.documents_replaced,
+            "failures": self.failures,
+            "seconds": round(self.seconds, 3),
+            "ocr": self.ocr_summary(),
+        }
+
+
+class _Pages(Protocol):
+    """What the pipeline reads from a document: a `Document` or rendered `Page`s."""
+
+    doc_id: str
+    source: Any
+    content_hash: str
+    n_pages: int
+
+    def page(self, page_no: int) -> Page: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class DocState:
+    """Bookkeeping for one document while its pages stream through the pipeline."""
+
+    opener: Callable[[], _Pages]
+    record: DocumentRecord
+    last_page: int
+    failed_pages: list[int] = field(default_factory=list)
+
+
+class PagesDocument:
+    """Adapts already-rendered `Page`s of one document to the `Document` interface."""
+
+    def __init__(self, doc_id: str, pages: list[Page]) -> None:
+        self.doc_id = doc_id
+        self.pages = sorted(pages, key=lambda p: p.page_no)
+        self.source = pages[0].source
+        self.content_hash = doc_id
+        self.n_pages = max(p.page_no for p in pages)
+
+    def page(self, page_no: int) -> Page:
+        for page in self.pages:
+            if page.page_no == page_no:
+                return page
+        raise LookupError(page_no)
+
+    def close(self) -> None:
+        pass
+
+
+def _reopen(document: PagesDocument) -> Callable[[], _Pages]:
+    """An opener for rendered pages: they are already open."""
+    return lambda: document
+
+
+class Indexer:
+    """One index's write path: turns files or rendered pages into committed store batches.
+
+    ``encoder`` and ``compressor`` are called when a batch is first encoded, so a run that only
+    skips unchanged documents never loads the model; ``delete_document`` removes a document with
+    its files (older versions of a re-indexed file).
+    """
+
+    def __init__(
+        self,
+        store: MultiVectorStore,
+        assets: PageAssets,
+        encoder: Callable[[], Encoder],
+        compressor: Callable[[], Compressor],
+        delete_document: Callable[[str], int],
+        *,
+        model_id: str,
+        batch_size: int,
+        dpi: int,
+        renderer: str,
+    ) -> None:
+        self.store = store
+        self.assets = assets
+        self._encoder = encoder
+        self._compressor = compressor
+        self.delete_document = delete_document
+        self.model_id = model_id
+        self.batch_size = batch_size
+        self.dpi = dpi
+        self.renderer = renderer
+
+    def encode(
+        self, pages: Sequence[Page], texts: Sequence[str | None] | None = None
+    ) -> tuple[list[PageEncoding], list[CompressedPage]]:
+        """Encode a batch of pages and compress those that have visual tokens (same order;
+        pages without tokens get an encoding with 0 tokens and no compressed entry).
+
+        Text encoders (MiniLM) read `texts` (OCR'd text where given, else the text layer)."""
+        encoder, compressor = self._encoder(), self._compressor()
+        stats = compressor.requires_stats
+        if isinstance(encoder, ReadsPageText):
+            if texts is None:
+                texts = [p.text for p in pages]
+            encodings = encoder.encode_page_texts(list(texts), with_stats=stats)
+        else:
+            encodings = encoder.encode_pages([p.image for p in pages], with_stats=stats)
+        compressed = compressor.compress_many([e for e in encodings if e.n_tokens > 0])
+        return encodings, compressed
+
+    def no_tokens_reason(self) -> str:
+        """Why a page has no vectors: no visual tokens, or no text for a text encoder."""
+        if isinstance(self._encoder(), ReadsPageText):
+            return f"no text on this page (text layer or OCR) for the text encoder {self.model_id}"
+        return "the encoder produced no visual tokens"
+
+    # ----------------------------------------------------------------- files and Page lists
+    def add(
+        self,
+        items: str | Path | Iterable[str | Path] | Sequence[Page],
+        metadata: dict[str, Any],
+        *,
+        progress: bool,
+        page_ocr: PageOcr,
+    ) -> AddReport:
+        """Index files, folders or rendered pages (see `VisualIndex.add`)."""
+        report = AddReport(ocr_mode=page_ocr.mode)
+        started = time.perf_counter()
+        states = self.plan(items, metadata, report)
+        total = sum((s.record.n_pages or 0) - s.last_page for s in states)
+        with IndexProgress(total, enabled=progress) as bar:
+            batch: list[tuple[DocState, Page]] = []
+            for state, page in self.stream(states, report):
+                batch.append((state, page))
+                if len(batch) >= self.batch_size:
+                    self.commit(batch, report, bar, page_ocr)
+                    batch = []
+            self.commit(batch, report, bar, page_ocr)
+        self.finish(states, report)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def plan(self, items: Any, metadata: dict[str, Any], report: AddReport) -> list[DocState]:
+        """Open every document, skip unchanged ones, and find where interrupted ones resume."""
+        if isinstance(items, (str, Path)):
+            items = [items]
+        items = list(items)
+        if items and all(isinstance(i, Page) for i in items):
+            return self._plan_pages(items, metadata, report)
+        paths, errors = find_documents(items)
+        for error in errors:
+            report.fail(error.path, error.reason)
+        states: list[DocState] = []
+        seen: dict[str, Path] = {}
+        for path in paths:
+            try:
+                with open_document(path, dpi=self.dpi, renderer=self.renderer) as document:
+                    opener = partial(
+                        open_document,
+                        path,
+                        doc_id=document.doc_id,
+                        dpi=self.dpi,
+                        renderer=self.renderer,
+                    )
+                    state = self.resume_state(document, opener, metadata, report, seen)
+            except IngestError as error:
+                report.fail(error.path, error.reason)
+                continue
+            seen.setdefault(document.doc_id, path)
+            if state is not None:
+                states.append(state)
+        return states
+
+    def _plan_pages(
+        self, pages: list[Page], metadata: dict[str, Any], report: AddReport
+    ) -> list[DocState]:
+        states: list[DocState] = []
+        for doc_id in dict.fromkeys(p.doc_id for p in pages):
+            document = PagesDocument(doc_id, [p for p in pages if p.doc_id == doc_id])
+            state = self.resume_state(document, _reopen(document), metadata, report)
+            if state is not None:
+                states.append(state)
+        return states
+
+    def resume_state(
+        self,
+        document: Document | PagesDocument,
+        opener: Callable[[], _Pages],
+        metadata: dict[str, Any],
+        report: AddReport,
+        seen: dict[str, Path] | None = None,
+    ) -> DocState | None:
+        """Where this document's indexing starts, or None when there is nothing to do
+        (already complete, or the same content as another file of this run)."""
+        if seen and document.doc_id in seen:
+            log.info(
+                "%s has the same content as %s; indexed once",
+                document.source,
+                seen[document.doc_id],
+            )
+            report.documents_skipped.append(document.doc_id)
+            return None
+        existing = self.store.document(document.doc_id)
+        if existing is not None and existing.complete:
+            report.documents_skipped.append(document.doc_id)
+            report.pages_skipped += existing.n_pages or 0
+            return None
+        stored = [r.page_no for r in self.store.get(self.store.page_ids(document.doc_id))]
+        record = DocumentRecord(
+            doc_id=document.doc_id,
+            source=str(Path(document.source).resolve()) if document.source else None,
+            content_hash=document.content_hash,
+            n_pages=document.n_pages,
+            complete=False,
+            metadata=dict(metadata),
+        )
+        return DocState(opener, record, last_page=max(stored, default=0))
+
+    def stream(self, states: list[DocState], report: AddReport) -> Iterator[tuple[DocState, Page]]:
+        """Pages of every planned document, rendered lazily, from each one's resume point.
+
+        Documents are opened one at a time; a page that fails to render is reported and the
+        document's later pages still get indexed."""
+        for state in states:
+            try:
+                document = state.opener()
+            except IngestError as error:
+                report.fail(error.path, error.reason)
+                continue
+            try:
+                for page_no in range(state.last_page + 1, document.n_pages + 1):
+                    try:
+                        page = document.page(page_no)
+                    except LookupError:  # caller-rendered pages may skip numbers
+                        continue
+                    except IngestError as error:
+                        report.fail(error.path, error.reason, page_no)
+                        state.failed_pages.append(page_no)
+                        continue
+                    yield state, page
+            finally:
+                document.close()
+
+    def commit(
+        self,
+        batch: list[tuple[DocState, Page]],
+        report: AddReport,
+        bar: IndexProgress,
+        page_ocr: PageOcr,
+    ) -> None:
+        """OCR where needed, encode, compress, save images, and commit one batch atomically."""
+        if not batch:
+            return
+        pages = [page for _, page in batch]
+        texts = page_texts(pages, page_ocr, report)
+        encodings, compressed = self.encode(pages, [t.text for t in texts])
+        usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
+        for i in sorted(set(range(len(pages))) - set(usable)):
+            report.fail(pages[i].source, self.no_tokens_reason(), pages[i].page_no)
+        records = [
+            self.page_record(
+                pages[i], encodings[i], c, metadata=batch[i][0].record.metadata, text=texts[i]
+            )
+            for i, c in zip(usable, compressed, strict=True)
+        ]
+        touched: dict[str, DocState] = {}
+        for state, page in batch:
+            state.last_page = page.page_no
+            touched[state.record.doc_id] = state
+        for state in touched.values():
+            state.record.complete = state.last_page >= (state.record.n_pages or 0)
+        self.store.add(records, documents=[s.record for s in touched.values()])
+        report.pages_indexed += len(records)
+        bar.advance(len(batch))
+
+    def finish(self, states: list[DocState], report: AddReport) -> None:
+        """Mark finished documents and retire older versions of the same source files."""
+        for state in states:
+            record = state.record
+            if state.failed_pages:
+                record.metadata = {**record.metadata, "failed_pages": state.failed_pages}
+            if state.failed_pages or (
+                not record.complete and state.last_page >= (record.n_pages or 0)
+            ):
+                record.complete = True
+                self.store.put_document(record)
+            if not record.complete:
+                continue
+            report.documents_indexed.append(record.doc_id)
+            for old in self.store.documents():
+                if old.source == record.source and old.doc_id != record.doc_id:
+                    self.delete_document(old.doc_id)
+                    report.documents_replaced.append(old.doc_id)
+
+    # ----------------------------------------------------------------- pages with their own ids
+    def upsert(self, pages: list[Page], ids: list[str], metas: list[dict[str, Any]]) -> list[str]:
+        """Encode, compress and store pages under ``ids`` (one atomic batch per `batch_size`)."""
+        for start in range(0, len(pages), self.batch_size):
+            chunk = slice(start, start + self.batch_size)
+            encodings, compressed = self.encode(pages[chunk])
+            empty = [i for i, e in zip(ids[chunk], encodings, strict=True) if e.n_tokens == 0]
+            if empty:
+                raise NoVisualTokensError(
+                    f"the encoder produced no visual tokens for pages {empty}"
+                )
+            records = [
+                self.page_record(page, encoding, packed, metadata=meta, page_id=pid)
+                for page, encoding, packed, meta, pid in zip(
+                    pages[chunk], encodings, compressed, metas[chunk], ids[chunk], strict=True
+                )
+            ]
+            documents = {
+                r.doc_id: DocumentRecord(
+                    doc_id=r.doc_id, source=r.metadata.get("source"), complete=True
+                )
+                for r in records
+                if self.store.document(r.doc_id) is None
+            }
+            self.store.upsert(records, documents=list(documents.values()))
+        return ids
+
+    def page_record(
+        self,
+        page: Page,
+        encoding: PageEncoding,
+        compressed: CompressedPage,
+        *,
+        metadata: dict[str, Any],
+        text: PageText | None = None,
+        page_id: str | None = None,
+    ) -> PageRecord:
+        """Save the page's image and layout, and build its catalog record."""
+        image_ref = self.assets.save(page.doc_id, page.page_no, page.image, page_id)
+        self.assets.save_layout(
+            page.doc_id, page.page_no, encoding, compressed, page.image.size, page_id
+        )
+        metadata = {**metadata, "n_tokens": encoding.n_tokens}
+        if page.source:
+            metadata["source"] = str(Path(page.source).resolve())
+            metadata["filename"] = Path(page.source).name
+        if text is None:
+            text = PageText(page.text or None, "layer" if page.text else "none")
+        metadata["text_source"] = text.source
+        return PageRecord(
+            page_id=page_id or page.page_id,
+            doc_id=page.doc_id,
+            page_no=page.page_no,
+            vectors=compressed.vectors,
+            metadata=metadata,
+            image_ref=image_ref,
+            text=text.text,
+        )
+
+
+def page_texts(pages: list[Page], page_ocr: PageOcr, report: AddReport) -> list[PageText]:
+    """Each page's text layer, or its OCR'd text; OCR failures are reported, not raised."""
+    texts = page_ocr.page_texts([p.image for p in pages], [p.text for p in pages])
+    for page, text in zip(pages, texts, strict=True):
+        report.record_ocr(page, text)
+    return texts
