@@ -2,13 +2,15 @@
 
 The store keeps the config as a JSON object; this module is the only code that turns it into
 values (`IndexConfig.from_dict`) or back (`IndexConfig.to_dict`). The defaults an index is created
-with (model, DPI, renderer, batch size, images) are defined here once.
+with (model, renderer, batch size, images; DPI comes from ingestion) are defined here once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from vrag_compress.ingest import DEFAULT_DPI, RENDERERS
 
 CONFIG_VERSION = 1
 """Bumped when the meaning of a key changes; older configs are still read (missing keys take the
@@ -18,8 +20,7 @@ DEFAULT_MODEL = "vidore/colqwen2-v1.0"
 DEFAULT_METHOD = "sap"
 DEFAULT_RATIO = 0.1
 DEFAULT_BATCH_SIZE = 4
-DEFAULT_DPI = 150
-DEFAULT_RENDERER = "pypdfium2"
+DEFAULT_RENDERER = RENDERERS[0]
 
 
 class VisualIndexError(RuntimeError):
