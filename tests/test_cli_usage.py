@@ -190,7 +190,9 @@ def test_snippet_centres_on_a_query_word() -> None:
 def test_ctrl_c_reports_committed_pages_and_exits_130(
     docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = VisualIndex._commit
+    from vrag_compress.indexing import Indexer
+
+    original = Indexer.commit
     calls = {"n": 0}
 
     def interrupt_second_batch(self, batch, *args, **kwargs):  # noqa: ANN001, ANN202
@@ -199,13 +201,13 @@ def test_ctrl_c_reports_committed_pages_and_exits_130(
             raise KeyboardInterrupt
         return original(self, batch, *args, **kwargs)
 
-    monkeypatch.setattr(VisualIndex, "_commit", interrupt_second_batch)
+    monkeypatch.setattr(Indexer, "commit", interrupt_second_batch)
     path = tmp_path / "idx"
     result = run("index", docs, "--index", path, *TINY, "--batch-size", "1")
     assert result.exit_code == 130
     assert "interrupted: 1 pages committed" in result.output
     assert "run the same command again to resume" in result.output
-    monkeypatch.setattr(VisualIndex, "_commit", original)
+    monkeypatch.setattr(Indexer, "commit", original)
     result = run("index", docs, "--index", path, *TINY, "--json")
     assert result.exit_code == 0
     with VisualIndex.open(path, readonly=True) as index:
