@@ -3,8 +3,6 @@ over (page, query) pairs, the trailing-drop window rule, profiles and their plot
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vrag_compress.beir import DatasetError, load_beir, read_jsonl
 from vrag_compress.compress.base import CompressionError, budget
 from vrag_compress.compress.common import top_k_positions
 from vrag_compress.compress.profiles import (
@@ -202,8 +201,8 @@ class CalibrationPair:
 
 
 def load_calibration_pairs(source: str | Path, limit: int | None = None) -> list[CalibrationPair]:
-    """Pairs from a BEIR folder (corpus.jsonl with "image" paths, queries.jsonl, qrels.tsv with a
-    header; each query with its first relevant page, in qrels order) or from a JSONL file of
+    """Pairs from a BEIR image folder (each judged query with its most relevant page; ties: the
+    first in qrels order) or from a JSONL file of
     ``{"image": path, "query": text}`` (paths relative to the file's folder)."""
     source = Path(source)
     if source.is_dir():
@@ -220,26 +219,9 @@ def load_calibration_pairs(source: str | Path, limit: int | None = None) -> list
     return pairs if limit is None else pairs[:limit]
 
 
-def read_jsonl(path: Path, error: type[Exception] = CalibrationError) -> list[dict]:
-    """The JSON objects of a JSONL file (blank lines skipped); `error` names file and line."""
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise error(f"{path}:{number}: expected a JSON object")
-            rows.append(row)
-    return rows
-
-
 def _jsonl_pairs(path: Path) -> list[CalibrationPair]:
     pairs = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in enumerate(read_jsonl(path, CalibrationError), start=1):
         if not isinstance(row.get("image"), str) or not isinstance(row.get("query"), str):
             raise CalibrationError(
                 f"{path}: record {number} needs string fields 'image' and 'query', "
@@ -250,39 +232,14 @@ def _jsonl_pairs(path: Path) -> list[CalibrationPair]:
 
 
 def _beir_pairs(folder: Path) -> list[CalibrationPair]:
-    for name in ("corpus.jsonl", "queries.jsonl", "qrels.tsv"):
-        if not (folder / name).is_file():
-            raise CalibrationError(
-                f"{folder} is not a BEIR folder: {name} is missing "
-                "(need corpus.jsonl with 'image', queries.jsonl, qrels.tsv)"
-            )
-    images = {
-        str(row["_id"]): folder / row["image"]
-        for row in read_jsonl(folder / "corpus.jsonl")
-        if "_id" in row and isinstance(row.get("image"), str)
-    }
-    queries = {
-        str(row["_id"]): row["text"]
-        for row in read_jsonl(folder / "queries.jsonl")
-        if "_id" in row and isinstance(row.get("text"), str)
-    }
-    first: dict[str, str] = {}
-    with open(folder / "qrels.tsv", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        needed = {"query-id", "corpus-id", "score"}
-        if reader.fieldnames is None or not needed <= set(reader.fieldnames):
-            raise CalibrationError(
-                f"{folder / 'qrels.tsv'}: header must be query-id, corpus-id, score; "
-                f"got {reader.fieldnames}"
-            )
-        for line, row in enumerate(reader, start=2):
-            qid, did = row["query-id"], row["corpus-id"]
-            try:
-                score = float(row["score"])
-            except (TypeError, ValueError) as exc:
-                raise CalibrationError(
-                    f"{folder / 'qrels.tsv'}:{line}: score {row['score']!r} is not a number"
-                ) from exc
-            if score > 0 and did in images and qid not in first:
-                first[qid] = did
-    return [CalibrationPair(images[first[q]], text) for q, text in queries.items() if q in first]
+    """Each judged query of an image corpus with its most relevant page."""
+    try:
+        dataset = load_beir(folder)
+    except DatasetError as error:
+        raise CalibrationError(f"{folder} is not a readable BEIR folder: {error}") from error
+    if dataset.kind != "image":
+        raise CalibrationError(f"{folder}: calibration needs an image corpus ('image' in corpus)")
+    return [
+        CalibrationPair(Path(dataset.docs[dataset.best_document(q)]), dataset.queries[q])
+        for q in dataset.judged_queries()
+    ]

@@ -1,4 +1,5 @@
-"""Progress display for long indexing runs (pages/s and ETA), silent when disabled or not a TTY."""
+"""Progress display: long indexing runs (pages/s and ETA), and the plain counting bar that the
+other long commands (calibrate, migrate, benchmarks) show on stderr."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+
+def task_progress(console: Console | None = None) -> Progress:
+    """A bar per task: description, bar, done/total and elapsed time, on stderr by default
+    (stdout stays the command's report)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console or Console(stderr=True),
+    )
 
 
 class IndexProgress:

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vrag_compress.bench.app import bench_app
+from vrag_compress.progress import task_progress
 
 out = Console()
 err = Console(stderr=True)
@@ -131,13 +131,7 @@ def run_methods(pages: list, slow_pages: int, ratio: float, device: str, batch_s
     jobs.append(("uot literal loop", literal_uot_job(ratio), "uot"))
     results: dict[str, dict] = {}
     outputs: dict[str, list] = {}
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err) as progress:
+    with task_progress(err) as progress:
         task = progress.add_task("methods", total=len(jobs))
         for name, fn, method in jobs:
             progress.update(task, description=name)

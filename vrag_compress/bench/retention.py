@@ -133,12 +133,12 @@ def retention(
     """Encode the corpus once, compress it with every method and ratio, score exact MaxSim."""
     import torch
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from vrag_compress.beir import load_dataset
     from vrag_compress.bench.eval.analysis import kept_token_report
-    from vrag_compress.bench.eval.datasets import load_dataset
     from vrag_compress.bench.eval.plot import plot_retention, plot_sr_curve
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress.progress import task_progress
 
     torch.set_num_threads(threads)
     console = Console()
@@ -150,13 +150,7 @@ def retention(
     model = load_benchmark_encoder(encoder, data.kind, **options)
     reports: dict[str, dict] = {}
     tokens = None
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    )
+    bar = task_progress()
     with bar:
         corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))
         encoded_at = time.perf_counter()

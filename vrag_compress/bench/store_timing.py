@@ -7,20 +7,16 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
+
+from vrag_compress.progress import task_progress
 
 err = Console(stderr=True)
 
 
 def progress() -> Progress:
     """A progress bar on stderr, so that stdout stays the report."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
+    return task_progress(err)
 
 
 def add_all(store: Any, pages: np.ndarray, batch: int, label: str) -> float:

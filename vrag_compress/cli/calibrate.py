@@ -8,10 +8,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vrag_compress.cli.app import app, bench_app  # noqa: F401
+from vrag_compress.progress import task_progress
 
 out = Console()
 err = Console(stderr=True)
@@ -82,14 +82,8 @@ def _encode_pairs(encoder, pairs, batch_size: int):
     from PIL import Image
 
     pages, queries = [], []
-    columns = (
-        TextColumn("[bold]calibrating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err) as progress:
-        task = progress.add_task("pairs", total=len(pairs))
+    with task_progress(err) as progress:
+        task = progress.add_task("calibrating", total=len(pairs))
         for start in range(0, len(pairs), batch_size):
             chunk = pairs[start : start + batch_size]
             images = []

@@ -13,10 +13,11 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.progress import task_progress
 
 out = Console()
 err = Console(stderr=True)
@@ -106,13 +107,7 @@ def migrate(
 
 
 def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
+    return task_progress(err)
 
 
 def _print(report: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.bench.eval.datasets import BeirDataset, DatasetError, split_queries
+from vrag_compress.beir import BeirDataset, DatasetError, split_queries
 from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
 from vrag_compress.encoders.base import PageEncoding
 

@@ -1,22 +1,39 @@
 """BEIR-layout retrieval datasets: text corpora (Cranfield) and page-image corpora (ViDoRe).
 
+The one reader of the layout, for calibration (`vrag calibrate`) and the retention benchmark.
 Layout (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``) as described in
 ``shared/data/README.md``. Unlike some BEIR loaders, a document whose id equals a query id is
-kept (the classic collections reuse small integers for both; SPEC §9).
+kept (the classic collections reuse small integers for both).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vrag_compress.calibrate import read_jsonl
-
 
 class DatasetError(ValueError):
     """A dataset folder or name cannot be read; the message says which file and line."""
+
+
+def read_jsonl(path: Path, error: type[Exception] = DatasetError) -> list[dict]:
+    """The JSON objects of a JSONL file (blank lines skipped); `error` names file and line."""
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise error(f"{path}:{number}: expected a JSON object")
+            rows.append(row)
+    return rows
 
 
 @dataclass
