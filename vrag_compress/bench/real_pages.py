@@ -57,7 +57,7 @@ def encode_corpus(
             q_bounds = z["query_bounds"]
             queries = [z["queries"][a:b] for a, b in zip(q_bounds[:-1], q_bounds[1:], strict=True)]
             return z["tokens"], z["doc_bounds"], queries
-    from vrag_compress.bench.eval.datasets import load_beir
+    from vrag_compress.beir import load_beir
     from vrag_compress.encoders.text import TextTokenEncoder
 
     data = load_beir(source)
