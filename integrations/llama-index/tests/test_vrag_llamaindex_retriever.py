@@ -273,3 +273,20 @@ def test_async_chat_with_condensing(visual_index, mock_llm):
     assert len(follow_up.source_nodes) == 2
     assert all(isinstance(n.node, ImageNode) and n.node.image_path for n in follow_up.source_nodes)
     assert len(chat.chat_history) == 4
+
+
+def test_the_declared_minimum_llama_index_sends_images():
+    """The pyproject lower bound is a release whose query engines take `multimodal=`."""
+    import importlib.metadata
+    import inspect
+    import re
+    from pathlib import Path
+
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from packaging.version import Version
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    minimum = re.search(r'"llama-index-core>=([\d.]+),', pyproject).group(1)
+    assert Version(minimum) >= Version("0.14.23")  # 0.14.22 drops the images silently
+    assert Version(importlib.metadata.version("llama-index-core")) >= Version(minimum)
+    assert "multimodal" in inspect.signature(RetrieverQueryEngine.from_args).parameters
