@@ -217,3 +217,25 @@ def test_the_retriever_names_what_it_accepts(store):
         CompressedColPaliRetriever(SummaryIndex([]))
     with pytest.raises(TypeError, match="got a int"):
         CompressedColPaliRetriever(3)
+
+
+def test_show_progress_is_the_real_encoding_not_a_fake_embedding_bar(store, corpus_nodes, capsys):
+    storage = StorageContext.from_defaults(vector_store=store)
+    VectorStoreIndex(
+        corpus_nodes, storage_context=storage, embed_model=StoreSideEmbedding(), show_progress=True
+    )
+    err = capsys.readouterr().err
+    batches = -(-len(corpus_nodes) // store.client.batch_size)
+    assert "Encoding pages" in err and f"{batches}/{batches}" in err
+    assert "Generating embeddings" not in err
+    assert store.client.store.count() == len(corpus_nodes)
+
+
+def test_llamaindex_naming_conventions_import_the_same_classes():
+    import llama_index.retrievers.vrag_compress as main
+    from llama_index.readers.vrag_compress import PageImageNodeParser, PDFPageReader
+    from llama_index.vector_stores.vrag_compress import StoreSideEmbedding as Embedding
+    from llama_index.vector_stores.vrag_compress import VragVectorStore as Store
+
+    assert Store is main.VragVectorStore and Embedding is main.StoreSideEmbedding
+    assert PDFPageReader is main.PDFPageReader and PageImageNodeParser is main.PageImageNodeParser

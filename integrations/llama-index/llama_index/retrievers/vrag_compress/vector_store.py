@@ -11,6 +11,7 @@ The index folder is durable after every `add`, so `persist` has nothing to write
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.schema import BaseNode, ImageNode
+from llama_index.core.utils import get_tqdm_iterable
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -41,6 +43,10 @@ from llama_index.retrievers.vrag_compress.filters import (
 from llama_index.retrievers.vrag_compress.nodes import check_image_mode, hit_to_node, node_image
 
 log = logging.getLogger(__name__)
+
+_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("vrag_progress", default=False)
+"""Set by `StoreSideEmbedding` from `VectorStoreIndex(..., show_progress=...)`, which calls the
+embedding right before `VragVectorStore.add`: the store then shows its real encoding progress."""
 
 
 class StoreSideEmbedding(BaseEmbedding):
@@ -64,6 +70,19 @@ class StoreSideEmbedding(BaseEmbedding):
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return [0.0]
+
+    def get_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[list[float]]:
+        """No work and no progress bar here; `show_progress` is passed on to the store's `add`,
+        where the pages are really encoded."""
+        _PROGRESS.set(show_progress)
+        return [[0.0] for _ in texts]
+
+    async def aget_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[list[float]]:
+        return self.get_text_embedding_batch(texts, show_progress)
 
 
 @dataclass
@@ -90,6 +109,7 @@ class VragVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     path: str = Field(description="The VisualIndex folder.")
     image_mode: str = Field(default="path", description="How query results carry page images.")
+    show_progress: bool = Field(default=False, description="Progress bar while pages encode.")
 
     _index: VisualIndex = PrivateAttr()
 
@@ -114,6 +134,7 @@ class VragVectorStore(BasePydanticVectorStore):
         device: str = "auto",
         image_mode: str = "path",
         readonly: bool = False,
+        show_progress: bool = False,
     ) -> VragVectorStore:
         """Open the index at `path`, or create it there with `model` (default
         `vidore/colqwen2-v1.0`) and `compressor`; an explicit `model` must match an existing
@@ -134,7 +155,7 @@ class VragVectorStore(BasePydanticVectorStore):
                 compressor=compressor,
                 ratio=ratio,
             )
-        return cls(index, image_mode=image_mode)
+        return cls(index, image_mode=image_mode, show_progress=show_progress)
 
     def close(self) -> None:
         """Release the index (and its write lock); the store cannot be used afterwards."""
@@ -162,19 +183,25 @@ class VragVectorStore(BasePydanticVectorStore):
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Encode, compress and store image nodes (same node id replaces the stored page)."""
         pending = self._resolve(nodes)
-        # no `source` on the Page: the node's own `source` metadata is stored as given
-        pages = [
-            Page(p.doc_id, p.page_no, p.image, p.node.text or None, None)  # type: ignore[arg-type]
-            for p in pending
-        ]
-        try:
-            return self._index.upsert_pages(
-                pages,
-                page_ids=[p.node.node_id for p in pending],
-                metadata=[_stored_metadata(p) for p in pending],
-            )
-        except VisualIndexError as error:  # e.g. a page without visual tokens
-            raise ValueError(str(error)) from error
+        show = self.show_progress or _PROGRESS.get()
+        step = self._index.batch_size
+        batches = [pending[i : i + step] for i in range(0, len(pending), step)]
+        ids: list[str] = []
+        for batch in get_tqdm_iterable(batches, show, f"Encoding pages ({step} per batch)"):
+            # no `source` on the Page: the node's own `source` metadata is stored as given
+            pages = [
+                Page(p.doc_id, p.page_no, p.image, p.node.text or None, None)  # type: ignore[arg-type]
+                for p in batch
+            ]
+            try:
+                ids += self._index.upsert_pages(
+                    pages,
+                    page_ids=[p.node.node_id for p in batch],
+                    metadata=[_stored_metadata(p) for p in batch],
+                )
+            except VisualIndexError as error:  # e.g. a page without visual tokens
+                raise ValueError(str(error)) from error
+        return ids
 
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         return await asyncio.to_thread(self.add, nodes, **kwargs)
