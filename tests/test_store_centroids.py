@@ -47,7 +47,7 @@ def test_k_rule_follows_square_root_and_clamps():
     assert cz.needs_retrain(10_300_000, 41_200_000)
     assert cz.needs_retrain(1_000_000, 200_000)
     p = cz.search_params(100_000, 4096)
-    assert (p.nprobe, p.rerank) == (32, 317)
+    assert (p.nprobe, p.rerank) == (16, 317)
     assert cz.search_params(10, 16).rerank == 10
 
 

@@ -472,7 +472,7 @@ def _print(report: dict[str, Any]) -> None:
     table = Table(
         title=f"vrag bench store: {report['pages']} pages "
         f"({report['config']['tokens_full']} -> {report['config']['tokens_compressed']}"
-        f" vectors/page, {report['config']['query_tokens']}-vector queries)"
+        f" vectors/page, {_query_kind(report['config'])})"
     )
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -499,6 +499,12 @@ def _print(report: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
+
+
+def _query_kind(config: dict[str, Any]) -> str:
+    if config.get("data") == "real":
+        return f"real pages and queries of {Path(config['source_dataset']).name}"
+    return f"{config['query_tokens']}-vector synthetic queries"
 
 
 def _fmt(x: float | None) -> str:
