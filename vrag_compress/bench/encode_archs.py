@@ -21,6 +21,7 @@ from vrag_compress.encoders.tiny_families import (
     PALI_SPECIALS,
     QWEN_SPECIALS,
     fast_tokenizer,
+    pad_id,
 )
 
 PAGE_SIZE = (1240, 1754)
@@ -126,7 +127,7 @@ def build_colpali(dtype: Any, max_visual_tokens: int | None) -> tuple[Any, Any]:
     image_processor = SiglipImageProcessor(
         size={"height": 448, "width": 448}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
-    image_processor.image_seq_length = 1024
+    image_processor.image_seq_length = 1024  # type: ignore[attr-defined]
     processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
     config = PaliGemmaConfig(
         vision_config={
@@ -154,7 +155,7 @@ def build_colpali(dtype: Any, max_visual_tokens: int | None) -> tuple[Any, Any]:
         image_token_index=processor.image_token_id,
         projection_dim=2048,
         vocab_size=257216,
-        pad_token_id=tokenizer.pad_token_id,
+        **pad_id(tokenizer),
     )
     return _random_model(ColPali, config, dtype), processor
 
@@ -206,7 +207,7 @@ def _colsmol(text: dict, dtype: Any) -> tuple[Any, Any]:
         },
         scale_factor=4,
         image_token_id=processor.image_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **pad_id(tokenizer),
     )
     return _random_model(ColIdefics3, config, dtype), processor
 

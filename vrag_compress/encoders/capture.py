@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -108,7 +109,8 @@ class AttentionCapture:
                 f"no attention was captured for decoder layers {missing}; is the decoder using "
                 f"the {STREAMING_ATTENTION!r} attention implementation?"
             )
-        return torch.stack(self.centrality), torch.stack(self.eos_attention)
+        eos = [e for e in self.eos_attention if e is not None]
+        return torch.stack([c for c in self.centrality if c is not None]), torch.stack(eos)
 
 
 @dataclass
@@ -174,7 +176,7 @@ def streaming_attention_forward(
     return output, None
 
 
-def padding_safe_sdpa_mask(*args: object, **kwargs: object) -> torch.Tensor | None:
+def padding_safe_sdpa_mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
     """transformers' SDPA mask, with fully masked rows (left-padding positions) opened up.
 
     Why: a query row that may attend to nothing gives NaN in CPU SDPA; at the next layer those
@@ -192,7 +194,7 @@ AttentionInterface.register(STREAMING_ATTENTION, streaming_attention_forward)
 AttentionMaskInterface.register(STREAMING_ATTENTION, padding_safe_sdpa_mask)
 
 
-def text_model(model: torch.nn.Module) -> torch.nn.Module:
+def text_model(model: Any) -> Any:
     """The language model (decoder, or ModernVBERT's bidirectional encoder) holding ``layers``."""
     candidates = [model.get_decoder() if hasattr(model, "get_decoder") else None]
     inner = getattr(model, "model", None)
@@ -203,7 +205,7 @@ def text_model(model: torch.nn.Module) -> torch.nn.Module:
     raise CaptureError(f"cannot find the language model layers of {type(model).__name__}")
 
 
-def decoder_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+def decoder_attention_modules(model: Any) -> list[torch.nn.Module]:
     """The softmax self-attention module of every language-model layer, in layer order.
 
     Layers without one (Qwen3.5's Gated DeltaNet linear-attention layers) have no attention map
@@ -219,7 +221,7 @@ def decoder_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return modules
 
 
-def use_streaming_attention(model: torch.nn.Module) -> None:
+def use_streaming_attention(model: Any) -> None:
     """Switch only the decoder to the streaming attention function; the vision tower keeps SDPA."""
     config = model.config
     if getattr(config, "text_config", None) is None:
@@ -232,7 +234,7 @@ def use_streaming_attention(model: torch.nn.Module) -> None:
 
 @contextmanager
 def capture_attention(
-    model: torch.nn.Module,
+    model: Any,
     visual_mask: torch.Tensor,
     last_index: torch.Tensor,
     *,
@@ -254,7 +256,7 @@ def capture_attention(
 
 
 @contextmanager
-def decoder_attention(model: torch.nn.Module, implementation: str) -> Iterator[None]:
+def decoder_attention(model: Any, implementation: str) -> Iterator[None]:
     """Run the decoder with another attention implementation inside the block, then restore."""
     config = model.config
     previous = {
@@ -269,7 +271,7 @@ def decoder_attention(model: torch.nn.Module, implementation: str) -> Iterator[N
 
 
 def forward_with_attention_maps(
-    model: torch.nn.Module, batch: dict
+    model: Any, batch: dict
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     """The naive reference: eager decoder with ``output_attentions=True``, all L maps kept.
 
@@ -277,7 +279,7 @@ def forward_with_attention_maps(
     """
     kept: dict[str, tuple[torch.Tensor, ...]] = {}
 
-    def keep(_module: torch.nn.Module, _args: object, output: object) -> None:
+    def keep(_module: torch.nn.Module, _args: object, output: Any) -> None:
         kept["maps"] = output.attentions
 
     handle = text_model(model).register_forward_hook(keep)

@@ -36,6 +36,7 @@ from vrag_compress.encoders.errors import (
     UnsupportedModelError,
     model_not_found_message,
 )
+from vrag_compress.encoders.speedups import SPEEDUPS, quantize_linears_int8
 from vrag_compress.encoders.tiny import MARKER_FILE, TINY_MODELS, tiny_model_path
 
 logger = logging.getLogger(__name__)
@@ -85,12 +86,14 @@ def load_encoder(
     device: str = "auto",
     dtype: str | torch.dtype | None = None,
     batch_size: int = 4,
+    speedup: str = "none",
     **tiny_options: int,
 ) -> ColEncoder:
     """Load a Col* encoder by hub id, local folder or tiny name (tiny-colpali, tiny-colqwen2).
 
     ``device``: "auto" (cuda, then mps, then cpu), "cpu", "cuda[:N]" or "mps".
     ``dtype``: default bfloat16 on GPUs, float32 on the CPU.
+    ``speedup``: "none", or "int8" (dynamic int8 linear layers, CPU only; see `speedups`).
     ``tiny_options``: ``image_size``, ``layers``, ``heads``, ``seed`` for tiny models only.
     """
     name = str(model)
@@ -100,7 +103,7 @@ def load_encoder(
         )
     folder = tiny_model_path(name, **tiny_options) if name in TINY_MODELS else resolve_model(name)
     return ColEncoder.from_folder(
-        folder, model_id=name, device=device, dtype=dtype, batch_size=batch_size
+        folder, model_id=name, device=device, dtype=dtype, batch_size=batch_size, speedup=speedup
     )
 
 
@@ -152,7 +155,7 @@ def detect_family(folder: Path) -> Family:
     return family_of(config.get("model_type", ""), where=str(folder))
 
 
-def detect_family_of_model(model: torch.nn.Module) -> Family:
+def detect_family_of_model(model: Any) -> Family:
     """The family of an already built model (benchmarks build models from configs)."""
     return family_of(model.config.model_type, where=type(model).__name__)
 
@@ -206,7 +209,7 @@ class ColEncoder:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: Any,
         processor: Any,
         *,
         model_id: str,
@@ -214,9 +217,17 @@ class ColEncoder:
         device: str,
         batch_size: int = 4,
         is_tiny: bool = False,
+        speedup: str = "none",
     ) -> None:
         if batch_size < 1:
             raise EncoderLoadError(f"batch_size must be >= 1, got {batch_size}")
+        if speedup not in SPEEDUPS:
+            raise EncoderLoadError(f"unknown speedup {speedup!r}; use one of {list(SPEEDUPS)}")
+        if speedup != "none" and device != "cpu":
+            raise EncoderLoadError(f"speedup {speedup!r} is for the CPU; got device {device!r}")
+        if speedup == "int8":
+            quantize_linears_int8(model)
+        self.speedup = speedup
         self.model = model
         self.processor = processor
         self.model_id = model_id
@@ -244,6 +255,7 @@ class ColEncoder:
         device: str = "auto",
         dtype: str | torch.dtype | None = None,
         batch_size: int = 4,
+        speedup: str = "none",
     ) -> ColEncoder:
         """Load model and processor from a local checkpoint folder (no network)."""
         import colpali_engine.models as engine
@@ -277,6 +289,7 @@ class ColEncoder:
             device=device,
             batch_size=batch_size,
             is_tiny=is_tiny,
+            speedup=speedup,
         )
 
     def info(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from vrag_compress.encoders.tiny_families import RECIPES
 
@@ -101,7 +102,7 @@ def cache_root() -> Path:
     return root / "tiny"
 
 
-def tiny_model_path(name_or_family: str, **options: int | None) -> Path:
+def tiny_model_path(name_or_family: str, **options: Any) -> Path:
     """The folder of a tiny checkpoint, building it first when it is not cached yet.
 
     ``name_or_family``: a `TINY_MODELS` name (``"tiny-colqwen2"``) or the bare family name.

@@ -114,6 +114,11 @@ def save_model(model: Any, pad_id: int, out: Path) -> None:
     model.eval().save_pretrained(out)
 
 
+def pad_id(tokenizer: Any) -> dict[str, Any]:
+    """The top-level ``pad_token_id`` config keyword (untyped in the config classes)."""
+    return {"pad_token_id": tokenizer.pad_token_id}
+
+
 def _text_sizes(spec: Any) -> dict[str, int]:
     hidden = spec.heads * HEAD_DIM
     return {
@@ -140,7 +145,7 @@ def build_colpali(spec: Any, out: Path) -> None:
     image_processor = SiglipImageProcessor(
         size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
-    image_processor.image_seq_length = (size // 14) ** 2
+    image_processor.image_seq_length = (size // 14) ** 2  # type: ignore[attr-defined]
     processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
     vocab = len(processor.tokenizer)
     text = {**_text_sizes(spec), "num_key_value_heads": 1}
@@ -157,7 +162,7 @@ def build_colpali(spec: Any, out: Path) -> None:
         image_token_index=processor.image_token_id,
         projection_dim=text["hidden_size"],
         vocab_size=vocab,
-        pad_token_id=tokenizer.pad_token_id,
+        **pad_id(tokenizer),
     )
     save_model(ColPali(config), tokenizer.pad_token_id, out)
     processor.save_pretrained(out)
@@ -185,7 +190,7 @@ def _qwen_tokenizer() -> Any:
     )
 
 
-def _qwen_ids(tokenizer: Any) -> dict[str, int]:
+def _qwen_ids(tokenizer: Any) -> dict[str, Any]:
     ids = tokenizer.convert_tokens_to_ids
     return {
         "image_token_id": ids("<|image_pad|>"),
@@ -396,7 +401,7 @@ def build_colgemma3(spec: Any, out: Path) -> None:
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"),
-        pad_token_id=tokenizer.pad_token_id,
+        **pad_id(tokenizer),
     )
     save_model(ColGemma3(config), tokenizer.pad_token_id, out)
     processor.save_pretrained(out)
@@ -443,7 +448,7 @@ def build_colidefics3(spec: Any, out: Path) -> None:
         vision_config={**_siglip(spec.image_size, 14, "idefics3_vision")},
         scale_factor=2,
         image_token_id=processor.image_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **pad_id(tokenizer),
     )
     config.vision_config.__dict__.pop("vision_use_head", None)
     save_model(ColIdefics3(config), tokenizer.pad_token_id, out)
