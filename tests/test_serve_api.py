@@ -256,7 +256,9 @@ def test_page_headers_cors_and_docs(index_dir):
         docs = client.get("/docs")
         assert docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text
         assert client.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
-        paths = client.get("/openapi.json").json()["paths"]
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+        paths = schema["paths"]
         for path in (
             "/api/search",
             "/api/pages/{page_id}/image",
