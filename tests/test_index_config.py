@@ -50,3 +50,12 @@ def test_a_newer_or_broken_config_is_refused_with_the_reason():
         IndexConfig.from_dict({"model_id": "m", "compressor": "sap"})
     with pytest.raises(IndexConfigError, match="invalid"):
         IndexConfig.from_dict({**LEGACY, "images": {"colour": "red"}})
+
+
+def test_candidate_index_codes_are_typed_and_checked():
+    assert IndexConfig.from_dict(LEGACY).codes == "none"
+    config = IndexConfig.from_dict({**LEGACY, "codes": "2bit"})
+    assert config.codes == "2bit" and config.to_dict()["codes"] == "2bit"
+    assert "codes" not in config.extra
+    with pytest.raises(IndexConfigError, match="codes"):
+        IndexConfig.from_dict({**LEGACY, "codes": "3bit"})

@@ -402,7 +402,9 @@ class VisualIndex:
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        return optimize(codes=codes)
+        details = optimize(codes=codes)
+        self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
+        return details
 
     # ----------------------------------------------------------------- writing
     def delete(self, doc_id: str) -> int:

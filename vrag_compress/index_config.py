@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vrag_compress.ingest import DEFAULT_DPI, RENDERERS
+from vrag_compress.store.centroids import CODES
 
 CONFIG_VERSION = 1
 """Bumped when the meaning of a key changes; older configs are still read (missing keys take the
@@ -51,6 +52,8 @@ class IndexConfig:
     ``compressor_module`` names the module that registers a compressor defined outside the
     package, so an index opened before that module is imported can say what to import.
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
+    ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
+    "4bit", "2bit"; set by ``vrag optimize INDEX --codes``).
     """
 
     model_id: str
@@ -64,6 +67,7 @@ class IndexConfig:
     dpi: int = DEFAULT_DPI
     renderer: str = DEFAULT_RENDERER
     vrag_version: str | None = None
+    codes: str = "none"
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +89,8 @@ class IndexConfig:
         }
         if self.compressor_module is not None:
             data["compressor_module"] = self.compressor_module
+        if self.codes != "none":
+            data["codes"] = self.codes
         return data
 
     @classmethod
@@ -103,6 +109,9 @@ class IndexConfig:
             raise IndexConfigError(f"index config is missing {missing}; got keys {sorted(data)}")
         known = {f.name for f in fields(cls)} - {"extra"}
         images = data.get("images") or {}
+        codes = data.get("codes", "none")
+        if codes not in CODES:
+            raise IndexConfigError(f"index config 'codes' must be one of {CODES}, got {codes!r}")
         try:
             return cls(
                 model_id=str(data["model_id"]),
@@ -116,6 +125,7 @@ class IndexConfig:
                 dpi=int(data.get("dpi", DEFAULT_DPI)),
                 renderer=str(data.get("renderer", DEFAULT_RENDERER)),
                 vrag_version=data.get("vrag_version"),
+                codes=codes,
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )
