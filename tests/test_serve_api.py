@@ -309,10 +309,12 @@ def test_non_loopback_binds_need_a_key(index_dir, monkeypatch):
 
 
 def test_the_offline_default_encoder_serves_a_new_index(tmp_path, pdfs):
-    """`vrag serve DIR --model minilm` on an empty folder: create, upload, search, explain."""
+    """`vrag serve DIR` on a new folder: `auto` falls back to the offline MiniLM page-text
+    encoder here (no Col* weights); create, upload, search, explain."""
     index_dir = tmp_path / "minilm.vrag"
-    with serve(index_dir, model="minilm") as client:
-        assert client.get("/api/info").json()["pages"] == 0
+    with serve(index_dir) as client:
+        info = client.get("/api/info").json()
+        assert info["pages"] == 0 and info["model_id"] == "minilm"
         with open(pdfs["scotus"], "rb") as f:
             job = client.post("/api/documents", files={"file": ("t.pdf", f)}, headers=AUTH)
         assert wait_for(client, job.json()["job"])["state"] == "done"

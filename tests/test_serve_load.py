@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from vrag_compress.cli import app
 
 
+@pytest.mark.slow
 def test_bench_serve_reports_percentiles_and_no_errors(tmp_path):
     args = ["bench", "serve", "--pages", "40", "--clients", "2", "--searches", "4", "-k", "3"]
     result = CliRunner().invoke(app, [*args, "--dir", str(tmp_path), "--json"])

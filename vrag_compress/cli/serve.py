@@ -27,7 +27,9 @@ def serve(
         None, help="PROVIDER:MODEL for the ask box (LangChain's init_chat_model, or env VRAG_LLM)."
     ),
     model: str | None = typer.Option(
-        None, help="Model of a new index (an existing index keeps its own)."
+        None,
+        help="Model of a new index [default: auto, the best Col* checkpoint here, else minilm]; "
+        "an existing index keeps its own.",
     ),
     cors_origin: list[str] = typer.Option(
         [], "--cors-origin", help="Allow browser pages from this origin (repeatable; default none)."

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
-from vrag_compress.index import DEFAULT_MODEL, VisualIndex, VisualIndexError
+from vrag_compress.index import VisualIndex, VisualIndexError
 from vrag_compress.serve.jobs import JobQueue, UploadError
 from vrag_compress.store import StoreError
 
@@ -113,9 +113,10 @@ class Server:
         root = Path(config.index_dir)
         if not VisualIndex.exists(root):
             VisualIndex.create(
-                root, model=config.model or DEFAULT_MODEL, encoder=encoder, device=config.device
+                root, model=config.model or "auto", encoder=encoder, device=config.device
             ).close()
-        probe = VisualIndex.open(root, model=config.model, encoder=encoder, readonly=True)
+        asked = None if config.model in (None, "auto") else config.model
+        probe = VisualIndex.open(root, model=asked, encoder=encoder, readonly=True)
         self.encoder: Any = SerialEncoder(probe.encoder)
         probe.close()
         self.reader = VisualIndex.open(root, encoder=self.encoder, readonly=True)
