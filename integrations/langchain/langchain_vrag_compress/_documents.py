@@ -50,7 +50,8 @@ def hit_to_document(
     path = hit.image_path
     metadata.update(
         doc_id=hit.doc_id,
-        page=hit.page_no,
+        page_no=hit.page_no,
+        page=hit.page_no,  # LangChain loaders' usual key; the same number as page_no
         page_id=hit.page_id,
         source=hit.source,
         image_path=str(path) if path else None,

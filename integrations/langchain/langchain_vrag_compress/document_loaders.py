@@ -71,7 +71,8 @@ class PDFPageLoader(BaseLoader):
         metadata: dict[str, object] = {
             "source": str(source),
             "filename": source.name,
-            "page": page.page_no,
+            "page_no": page.page_no,
+            "page": page.page_no,  # LangChain loaders' usual key; the same as page_no
             "total_pages": total_pages,
             "doc_id": page.doc_id,
         }

@@ -8,7 +8,7 @@ prompt; the model is asked to cite those numbers and `citations` maps them back 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 from langchain_core.documents import Document
@@ -16,7 +16,13 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+from langchain_core.runnables import (
+    Runnable,
+    RunnableGenerator,
+    RunnableLambda,
+    RunnablePassthrough,
+)
+from langchain_core.runnables.utils import AddableDict
 
 from langchain_vrag_compress._documents import page_image_base64, region_crop_base64
 
@@ -34,7 +40,7 @@ def page_label(document: Document) -> str:
     """A short human-readable name for a retrieved page: ``report.pdf, page 3``."""
     meta = document.metadata
     name = meta.get("filename") or meta.get("source") or meta.get("doc_id") or document.id
-    page = meta.get("page")
+    page = meta.get("page_no", meta.get("page"))
     return f"{name}, page {page}" if page is not None else str(name)
 
 
@@ -106,7 +112,8 @@ def page_reference(number: int, document: Document) -> dict[str, Any]:
         "ref": number,
         "label": page_label(document),
         "source": meta.get("source"),
-        "page": meta.get("page"),
+        "page_no": meta.get("page_no", meta.get("page")),
+        "page": meta.get("page_no", meta.get("page")),
         "doc_id": meta.get("doc_id"),
         "page_id": document.id,
         "score": meta.get("score"),
@@ -191,6 +198,10 @@ def create_visual_qa_chain(
     """LCEL chain: a question (str, or dict with ``question`` and optional ``history``) in,
     ``{"question", "answer", "citations", "documents"}`` out.
 
+    ``stream()`` yields the question and the retrieved documents first, then the answer token by
+    token (``{"answer": "..."}`` pieces, as the chat model streams), then ``{"citations": [...]}``
+    once the answer is complete.
+
     ``history`` is a list of earlier messages placed between the system prompt and the new
     multimodal question (see `RunnableWithMessageHistory` in the README for a chatbot).
     ``message_options`` go to `pages_to_message`.
@@ -205,14 +216,28 @@ def create_visual_qa_chain(
             **message_options,
         )
 
-    def attach_citations(state: dict[str, Any]) -> dict[str, Any]:
-        return {**state, "citations": citations(state["answer"], state["documents"])}
-
     retrieve = RunnableLambda(lambda state: state["question"]) | retriever
     answer = RunnableLambda(build_messages) | llm | StrOutputParser()
     return (
         RunnableLambda(_as_input)
         | RunnablePassthrough.assign(documents=retrieve)
         | RunnablePassthrough.assign(answer=answer)
-        | RunnableLambda(attach_citations)
+        | RunnableGenerator(_pass_then_cite, _apass_then_cite)
     ).with_config(run_name="VisualQAChain")
+
+
+def _pass_then_cite(chunks: Iterator[dict[str, Any]]) -> Iterator[AddableDict]:
+    """Forward the streamed pieces as they come, then the citations of the whole answer."""
+    state = AddableDict()
+    for chunk in chunks:
+        state = state + chunk
+        yield AddableDict(chunk)
+    yield AddableDict(citations=citations(state.get("answer", ""), state.get("documents", [])))
+
+
+async def _apass_then_cite(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[AddableDict]:
+    state = AddableDict()
+    async for chunk in chunks:
+        state = state + chunk
+        yield AddableDict(chunk)
+    yield AddableDict(citations=citations(state.get("answer", ""), state.get("documents", [])))

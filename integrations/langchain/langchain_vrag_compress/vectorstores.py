@@ -101,8 +101,10 @@ class VragVectorStore(VectorStore):
     """LangChain vector store over a compressed multi-vector `VisualIndex`.
 
     Build it on an existing index (``VragVectorStore(index)``: texts and queries use the index's
-    Col* model), or for text embeddings (``VragVectorStore(embedding=emb, path=...)``; with no
-    path the index lives in a temporary folder removed on `close`). Ids are page ids: for files
+    Col* model), from a model name (``VragVectorStore(model="vidore/colqwen2-v1.0", path=...)``,
+    also ``"minilm"`` or ``"auto"``: the index is opened or created with that model), or for text
+    embeddings (``VragVectorStore(embedding=emb, path=...)``). With no path the index lives in a
+    temporary folder removed on `close`. Ids are page ids: for files
     added with `add_files` they are ``"<doc_id>:<page_no>"``, otherwise the ids you give (or
     fresh UUIDs). Adding an existing id replaces that entry.
     """
@@ -112,6 +114,7 @@ class VragVectorStore(VectorStore):
         index: VisualIndex | None = None,
         *,
         embedding: Embeddings | None = None,
+        model: str | None = None,
         path: str | Path | None = None,
         include_image_base64: bool = False,
         image_format: str = "jpeg",
@@ -121,6 +124,11 @@ class VragVectorStore(VectorStore):
         self._embedding = embedding
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._owns_index = index is None
+        if index is None and model is not None:
+            if embedding is not None:
+                raise VragStoreError("give model= (a Col* or minilm model) or embedding=, not both")
+            index = VisualIndex.open_or_create(self._folder(path), model=model)
+            self._owns_index = True
         self.index = index if index is not None else self._embeddings_index(embedding, path)
         if embedding is not None and self.index.model_id != embeddings_model_id(embedding):
             raise VragStoreError(
@@ -136,15 +144,20 @@ class VragVectorStore(VectorStore):
     def _embeddings_index(self, embedding: Embeddings | None, path: str | Path | None) -> Any:
         if embedding is None:
             raise VragStoreError(
-                "VragVectorStore needs index= (a VisualIndex) or embedding= (a text Embeddings)"
+                "VragVectorStore needs index= (a VisualIndex), model= (e.g. "
+                "'vidore/colqwen2-v1.0', 'minilm' or 'auto') or embedding= (a text Embeddings)"
             )
         encoder = EmbeddingsEncoder(embedding)
-        if path is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="vrag-langchain-")
-            path = Path(self._tmp.name) / "index"
         return VisualIndex.open_or_create(
-            path, encoder=encoder, compressor=get_compressor("identity")
+            self._folder(path), encoder=encoder, compressor=get_compressor("identity")
         )
+
+    def _folder(self, path: str | Path | None) -> Path:
+        """`path`, or a temporary folder removed on `close`."""
+        if path is not None:
+            return Path(path)
+        self._tmp = tempfile.TemporaryDirectory(prefix="vrag-langchain-")
+        return Path(self._tmp.name) / "index"
 
     @property
     def embeddings(self) -> Embeddings | None:
@@ -303,6 +316,47 @@ class VragVectorStore(VectorStore):
         results = self._search_vectors(vectors, k, kwargs.get("filter"))
         return [(doc, _relevance(score, len(vectors))) for doc, score in results]
 
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """`k` entries that are relevant to `query` and different from each other.
+
+        The `fetch_k` best entries by MaxSim are re-ranked greedily by
+        ``lambda_mult * relevance - (1 - lambda_mult) * max similarity to those already chosen``;
+        relevance is the MaxSim score averaged over query tokens, similarity between two
+        entries is their symmetric (Chamfer) MaxSim over their stored vectors, both in [-1, 1].
+        """
+        return self.max_marginal_relevance_search_by_vector(
+            self._embed_query(query), k, fetch_k, lambda_mult, filter, **kwargs
+        )
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float] | np.ndarray,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """MMR with a dense query vector [D] or a multi-vector query [M, D]."""
+        if not 0.0 <= lambda_mult <= 1.0:
+            raise VragStoreError(f"lambda_mult must be in [0, 1], got {lambda_mult}")
+        vectors = _unit_rows(embedding, "query embedding")
+        if self.index.store.count() == 0 or k < 1:
+            return []
+        hits = self.index.search(vectors, k=max(k, fetch_k), filter=filter, mode=self.search_mode)
+        stored = {r.page_id: r.vectors for r in self.index.store.get([h.page_id for h in hits])}
+        relevance = [h.score / len(vectors) for h in hits]
+        chosen = _mmr([stored[h.page_id] for h in hits], relevance, k, lambda_mult)
+        return [self._document(hits[i], with_score=True) for i in chosen]
+
     @classmethod
     def from_texts(
         cls,
@@ -313,12 +367,40 @@ class VragVectorStore(VectorStore):
         ids: list[str] | None = None,
         index: VisualIndex | None = None,
         path: str | Path | None = None,
+        model: str | None = None,
         **kwargs: Any,
     ) -> VragVectorStore:
-        """A store holding ``texts``: on ``index`` if given, else a new text-embeddings index."""
-        store = cls(index=index, embedding=embedding, path=path, **kwargs)
+        """A store holding ``texts``: on ``index`` if given, else an index for ``model`` (with
+        ``embedding=None``), else a new text-embeddings index."""
+        store = cls(index=index, embedding=embedding, model=model, path=path, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+
+def _chamfer(a: np.ndarray, b: np.ndarray) -> float:
+    """Symmetric MaxSim of two multi-vectors with unit rows, in [-1, 1]."""
+    sims = np.asarray(a, np.float32) @ np.asarray(b, np.float32).T
+    return float((sims.max(axis=1).mean() + sims.max(axis=0).mean()) / 2.0)
+
+
+def _mmr(
+    vectors: list[np.ndarray], relevance: list[float], k: int, lambda_mult: float
+) -> list[int]:
+    """Greedy maximal marginal relevance over candidates (indices into `vectors`, best first)."""
+    chosen: list[int] = []
+    redundancy = np.full(len(vectors), -np.inf)  # max similarity to anything chosen so far
+    while len(chosen) < min(k, len(vectors)):
+        scores = [
+            -np.inf
+            if i in chosen
+            else lambda_mult * relevance[i] - (1 - lambda_mult) * (redundancy[i] if chosen else 0.0)
+            for i in range(len(vectors))
+        ]
+        best = int(np.argmax(scores))
+        chosen.append(best)
+        for i in range(len(vectors)):
+            redundancy[i] = max(redundancy[i], _chamfer(vectors[i], vectors[best]))
+    return chosen
 
 
 def _relevance(score: float, n_query_tokens: int) -> float:

@@ -177,3 +177,22 @@ def test_citations_carry_regions_and_the_message_can_send_a_crop() -> None:
     assert set(crop.convert("RGB").getdata()) == {(255, 0, 0)}
     assert len(_images(pages_to_message("q?", [document], image_format="png"))) == 1
     assert citations("see [1]", [document])[0]["regions"] == [region]
+
+
+def test_stream_yields_documents_then_answer_tokens_then_citations(retriever) -> None:
+    answer = "Checks rose in November [1] and fell in December [2]."
+    chunks = list(create_visual_qa_chain(retriever, _fake(answer)).stream("firearm checks"))
+    keys = [next(iter(c)) if len(c) == 1 else "input" for c in chunks]
+    pieces = [c["answer"] for c in chunks if "answer" in c]
+    assert len(pieces) > 5, "the answer must arrive token by token"
+    assert "".join(pieces) == answer
+    assert keys.index("documents") < keys.index("answer")
+    assert keys[-1] == "citations" and "citations" not in keys[:-1]
+    assert [c["ref"] for c in chunks[-1]["citations"]] == [1, 2]
+
+
+async def test_astream_ends_with_citations(retriever) -> None:
+    chain = create_visual_qa_chain(retriever, _fake("Yes [1]."))
+    chunks = [c async for c in chain.astream("firearm checks")]
+    assert "".join(c.get("answer", "") for c in chunks) == "Yes [1]."
+    assert [c["ref"] for c in chunks[-1]["citations"]] == [1]
