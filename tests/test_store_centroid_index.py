@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -135,3 +137,35 @@ def test_verify_reports_a_damaged_index_file(store):
     victim.write_bytes(bytes(data))
     report = LocalStore.verify_path(path)
     assert not report.ok and any("checksum" in p and victim.name in p for p in report.problems)
+
+
+def test_writes_and_compaction_during_a_background_training(tmp_path, monkeypatch):
+    """Pages written while the centroids train are assigned to the new ones at its commit; a
+    compaction meanwhile must not remove the training's uncommitted files."""
+    import threading
+
+    from vrag_compress.store import candidates as cand
+
+    trained = threading.Event()
+    original = cand.train
+
+    def slow_train(*args, **kwargs):
+        manifest = original(*args, **kwargs)
+        trained.set()
+        time.sleep(1.0)  # files written, manifest not committed yet
+        return manifest
+
+    monkeypatch.setattr(cand, "train", slow_train)
+    opts = {**OPTIONS, "centroid_min_tokens": 2000}
+    with LocalStore.create(tmp_path / "s", CONFIG, **opts) as s:
+        s.add(records(range(150)))  # crosses the threshold: training starts in the background
+        assert trained.wait(120)
+        s.add(records(range(150, 170)))
+        s.delete(page_ids=["p0003"])
+        s.compact()  # removes orphans while the training's files wait for their commit
+        s.wait_for_index()
+        assert s.verify().ok, s.verify().problems
+        info = s.index_info()
+        assert info["indexed_pages"] >= s.count() == 169
+        assert s.search(query_for(160), k=1, mode="two_stage")[0].page_id == "p0160"
+        assert "p0003" not in ids_of(s.search(query_for(3), k=10, mode="two_stage"))

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import zlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,15 +99,21 @@ def _load(folder: Path, name: str) -> np.ndarray:
 
 class _Writer:
     """Writes new files under random never-reused names, so that writers working from
-    different manifests (a background retrain and a foreground add) cannot collide."""
+    different manifests (a background retrain and a foreground add) cannot collide.
+    ``reserve`` is told each name before its file is written (to protect it from
+    `remove_orphans` until the manifest naming it is committed)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, reserve: Callable[[str], None] | None = None):
         self.folder = root / INDEX_DIR
         self.folder.mkdir(exist_ok=True)
         self.crcs: dict[str, int] = {}
+        self.reserve = reserve
 
     def group(self) -> str:
-        return f"c{secrets.token_hex(6)}"
+        name = f"c{secrets.token_hex(6)}"
+        if self.reserve is not None:
+            self.reserve(name)
+        return name
 
     def part(self, part: _Part, lists: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
         g = self.group()
@@ -138,15 +145,18 @@ def manifest_files(manifest: dict[str, Any] | None) -> set[str]:
     return names
 
 
-def remove_orphans(root: Path, manifest: dict[str, Any] | None) -> int:
-    """Delete index files (and temporaries) that the committed manifest does not reference."""
+def remove_orphans(
+    root: Path, manifest: dict[str, Any] | None, reserved: Collection[str] = ()
+) -> int:
+    """Delete index files (and temporaries) that the committed manifest does not reference,
+    except those of ``reserved`` name groups (being written for a manifest not committed yet)."""
     folder = root / INDEX_DIR
     if not folder.is_dir():
         return 0
     keep = manifest_files(manifest)
     removed = 0
     for entry in folder.iterdir():
-        if entry.name not in keep:
+        if entry.name not in keep and entry.name.split("-", 1)[0] not in reserved:
             entry.unlink(missing_ok=True)
             removed += 1
     if removed:
@@ -187,6 +197,7 @@ def train(
     codes: str = "none",
     seed: int = 0,
     gpu: bool | None = None,
+    reserve: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train centroids on the given pages, encode all their tokens, write a new base; returns
     the manifest to commit."""
@@ -201,7 +212,7 @@ def train(
         np.asarray(tokens[sample], dtype=np.float32), k, seed=seed, gpu=gpu
     )
     k = len(centroids)
-    w = _Writer(root)
+    w = _Writer(root, reserve)
     g = w.group()
     manifest: dict[str, Any] = {
         "format": FORMAT,

@@ -59,6 +59,8 @@ class CentroidIndexes:
         self._index: cand.CandidateIndex | None = None
         self._slots: _SlotMap | None = None
         self._trainer: threading.Thread | None = None
+        self._gc = threading.Lock()
+        self._reserved: set[str] = set()  # file groups a training writes before its commit
         self.last_error: str | None = None
 
     # ----------------------------------------------------------------- reading
@@ -164,10 +166,12 @@ class CentroidIndexes:
             return self.manifest(conn)
 
     def remove_orphans(self) -> int:
-        """Writer only, after a commit or on open: delete files no committed manifest names."""
-        with self.ctx.catalog.read() as conn:
-            manifest = self.manifest(conn)
-        return cand.remove_orphans(self.ctx.root, manifest)
+        """Writer only, after a commit or on open: delete files no committed manifest names.
+
+        Runs under the catalog mutex (no commit can change the manifest meanwhile; writes in a
+        transaction hold it too) and spares the files a background training is writing."""
+        with self.ctx.catalog.read() as conn, self._gc:
+            return cand.remove_orphans(self.ctx.root, self.manifest(conn), self._reserved)
 
     # ----------------------------------------------------------------- training
 
@@ -186,16 +190,32 @@ class CentroidIndexes:
         assigned to the new centroids in the same transaction."""
         if int(snap.bounds[-1]) == 0:
             return
-        manifest = cand.train(
-            self.ctx.root, snap.pids, snap.bounds, snap.tokens, codes=codes, seed=seed
-        )
-        with self.ctx.catalog.write() as conn:
-            index = cand.CandidateIndex.open(self.ctx.root, manifest)
-            live = _live_pids(conn)
-            new = np.setdiff1d(live, index.slot_pids)
-            if len(new):
-                manifest = self._append_from_catalog(conn, index, new)
-            cat.write_meta(conn, META_KEY, manifest)
+        groups: list[str] = []
+
+        def reserve(group: str) -> None:
+            with self._gc:
+                self._reserved.add(group)
+                groups.append(group)
+
+        try:
+            manifest = cand.train(
+                self.ctx.root,
+                snap.pids,
+                snap.bounds,
+                snap.tokens,
+                codes=codes,
+                seed=seed,
+                reserve=reserve,
+            )
+            with self.ctx.catalog.write() as conn:
+                index = cand.CandidateIndex.open(self.ctx.root, manifest)
+                new = np.setdiff1d(_live_pids(conn), index.slot_pids)
+                if len(new):  # written while we trained: assigned to the new centroids
+                    manifest = self._append_from_catalog(conn, index, new)
+                cat.write_meta(conn, META_KEY, manifest)
+        finally:
+            with self._gc:
+                self._reserved.difference_update(groups)
         self.remove_orphans()
 
     def _append_from_catalog(
