@@ -7,6 +7,7 @@ the `QdrantStore` in Qdrant's local mode; kernel, recall, compaction and lock te
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import numpy as np
 import pytest
@@ -109,6 +110,28 @@ def test_protocol_and_config_roundtrip(store, tmp_path, backend):
     with open_store(store_target(tmp_path, backend), readonly=True) as again:
         assert again.config["calibration"] == {"window": [11, 14]}
         assert again.library_version
+
+
+def test_backends_match_every_protocol_signature(store):
+    """What callers rely on is declared on the protocol, and each backend takes exactly those
+    parameters (names, kinds, defaults), so code written against the protocol runs on both."""
+    declared = {
+        name: member
+        for name, member in vars(MultiVectorStore).items()
+        if callable(member) and (not name.startswith("_") or name in ("__enter__", "__exit__"))
+    }
+    assert {"get", "search", "close", "__enter__", "__exit__"} <= set(declared)
+    for name, member in declared.items():
+        want = inspect.signature(member).parameters
+        got = inspect.signature(getattr(type(store), name)).parameters
+        assert [(p.name, p.kind, p.default) for p in got.values()] == [
+            (p.name, p.kind, p.default) for p in want.values()
+        ], f"{type(store).__name__}.{name}"
+    assert store.get(["nope"], missing="skip") == []
+    assert store.readonly is False and store.closed is False
+    with store as entered:
+        assert entered is store
+    assert store.closed
 
 
 def test_add_get_count_documents(store):

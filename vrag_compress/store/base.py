@@ -137,10 +137,23 @@ class VerifyReport:
 
 @runtime_checkable
 class MultiVectorStore(Protocol):
-    """Stores multi-vector pages and answers MaxSim queries over them."""
+    """Stores multi-vector pages and answers MaxSim queries over them.
+
+    Exactly what `VisualIndex`, the CLI, `vrag migrate` and the framework integrations call, so
+    any backend that implements it (the embedded `LocalStore`, `QdrantStore`) can serve an index.
+    A store is a context manager that closes itself.
+    """
+
+    readonly: bool
+
+    @property
+    def closed(self) -> bool: ...
 
     @property
     def config(self) -> dict[str, Any]: ...
+
+    @property
+    def library_version(self) -> str: ...
 
     def update_config(self, **changes: Any) -> None: ...
 
@@ -158,7 +171,10 @@ class MultiVectorStore(Protocol):
         self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None
     ) -> int: ...
 
-    def get(self, page_ids: Sequence[str]) -> list[PageRecord]: ...
+    def get(self, page_ids: Sequence[str], *, missing: str = "error") -> list[PageRecord]:
+        """Pages in the order asked; unknown ids raise `PageNotFoundError` unless
+        ``missing="skip"``, which leaves them out."""
+        ...
 
     def count(self) -> int: ...
 
@@ -191,3 +207,7 @@ class MultiVectorStore(Protocol):
     def verify(self) -> VerifyReport: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> MultiVectorStore: ...
+
+    def __exit__(self, *exc: object) -> None: ...

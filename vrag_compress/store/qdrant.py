@@ -50,16 +50,18 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.store.validate import (
     StoreInputError,
+    as_list,
+    check_batch,
     check_config,
     check_dim,
     check_document,
+    check_expect,
     check_id,
+    check_ids,
     check_k,
-    check_page,
+    check_missing,
+    check_mode,
     check_query,
-    check_unique,
-    check_vectors,
-    metadata_json,
 )
 from vrag_compress.version import __version__
 
@@ -77,7 +79,6 @@ SIDECAR_SUFFIX = "__vrag"
 SCHEMA_VERSION = 1
 _NAMESPACE = uuid.UUID("5b0c6f1e-6a43-4c1e-9a53-3b8d2f6c1a77")
 _CONFIG_ID = str(uuid.uuid5(_NAMESPACE, "config:"))
-_MODES = ("auto", "exact", "two_stage")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
 _TIE_MARGIN = 8  # extra hits fetched so ties at the k-th score can be ordered by page_id
 T = TypeVar("T")
@@ -435,11 +436,7 @@ class QdrantStore:
         self._retry("write config", lambda: self._client().upsert(self.sidecar, [point], wait=True))
 
     def _check_expect(self, expect: dict[str, Any]) -> None:
-        stored = self._meta["config"]
-        missing = object()
-        diffs = {k: (stored.get(k), v) for k, v in expect.items() if stored.get(k, missing) != v}
-        if diffs:
-            raise StoreConfigMismatch(self.root, diffs)
+        check_expect(self.root, self._meta["config"], expect)
 
     def _check_schema(self) -> None:
         """The collection's vector size must be the config's dim (someone may have recreated it)."""
@@ -492,7 +489,7 @@ class QdrantStore:
                 ),
             )
             return int(n)
-        ids = [check_id(p, f"page_ids[{i}]") for i, p in enumerate(_as_list(page_ids, "page_ids"))]
+        ids = check_ids(page_ids)
         present = [r.payload["page_id"] for r in self._retrieve(ids, vectors=False)]
         for chunk in _chunks([_point_id(p) for p in present], self.options.batch_size):
             self._retry(
@@ -507,18 +504,8 @@ class QdrantStore:
         self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *, replace: bool
     ) -> None:
         self._writable()
-        pages = [check_page(p, self.dim, i) for i, p in enumerate(_as_list(pages, "pages"))]
-        docs = [check_document(d, i) for i, d in enumerate(_as_list(documents, "documents"))]
-        check_unique([p.page_id for p in pages], "pages")
-        check_unique([d.doc_id for d in docs], "documents")
-        vectors = [
-            check_vectors(p.vectors, self.dim, f"pages[{i}] ({p.page_id!r}).vectors")
-            for i, p in enumerate(pages)
-        ]
-        for i, p in enumerate(pages):
-            metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
-        for i, d in enumerate(docs):
-            metadata_json(d.metadata, f"documents[{i}] ({d.doc_id!r}).metadata")
+        batch = check_batch(pages, documents, self.dim)
+        pages, docs, vectors = batch.pages, batch.documents, batch.vectors
         if not pages and not docs:
             return
         if not replace:
@@ -604,9 +591,8 @@ class QdrantStore:
 
     def get(self, page_ids: Sequence[str], *, missing: str = "error") -> list[PageRecord]:
         """Pages in the order asked; unknown ids raise `PageNotFoundError` (or are skipped)."""
-        ids = [check_id(p, f"page_ids[{i}]") for i, p in enumerate(_as_list(page_ids, "page_ids"))]
-        if missing not in ("error", "skip"):
-            raise StoreInputError(f"missing must be 'error' or 'skip', got {missing!r}")
+        ids = check_ids(page_ids)
+        check_missing(missing)
         found = {r.payload["page_id"]: r for r in self._retrieve(ids, vectors=True)}
         absent = [i for i in ids if i not in found]
         if absent and missing == "error":
@@ -703,10 +689,9 @@ class QdrantStore:
         ``auto`` is exact up to ``options.exact_max_pages`` pages."""
         from vrag_compress.store.qdrant_filters import to_qdrant_filter
 
-        qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(_as_list(queries))]
+        qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
         k = check_k(k)
-        if mode not in _MODES:
-            raise StoreInputError(f"mode must be one of {_MODES}, got {mode!r}")
+        check_mode(mode)
         flt = to_qdrant_filter(filter)
         if not qs:
             return []
@@ -867,16 +852,6 @@ def _match(key: str, value: str) -> models.Filter:
 
 def _chunks(items: list[T], size: int) -> list[list[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _as_list(items: Any, what: str = "queries") -> list[Any]:
-    """A list from a sequence argument; a lone record or array is a clear error, not a surprise."""
-    if isinstance(items, (str, bytes, dict, np.ndarray, PageRecord, DocumentRecord)):
-        raise StoreInputError(f"{what} must be a sequence (list/tuple), got {type(items).__name__}")
-    try:
-        return list(items)
-    except TypeError as exc:
-        raise StoreInputError(f"{what} must be a sequence, got {type(items).__name__}") from exc
 
 
 def _page_record(point: Any) -> PageRecord:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -181,3 +182,35 @@ def check_expect(root: str, stored: dict[str, Any], expect: dict[str, Any]) -> N
     diffs = {k: (stored.get(k), v) for k, v in expect.items() if stored.get(k, absent) != v}
     if diffs:
         raise StoreConfigMismatch(root, diffs)
+
+
+@dataclass
+class Batch:
+    """A checked `add`/`upsert` call: records, fp16 vectors and canonical metadata JSON."""
+
+    pages: list[PageRecord]
+    documents: list[DocumentRecord]
+    vectors: list[np.ndarray]
+    page_metadata: list[str]
+    document_metadata: list[str]
+
+
+def check_batch(pages: Any, documents: Any, dim: int) -> Batch:
+    """Everything `add`/`upsert` is given, checked before a single byte is written."""
+    checked = [check_page(p, dim, i) for i, p in enumerate(as_list(pages, "pages"))]
+    docs = [check_document(d, i) for i, d in enumerate(as_list(documents, "documents"))]
+    check_unique([p.page_id for p in checked], "pages")
+    check_unique([d.doc_id for d in docs], "documents")
+    vectors = [
+        check_vectors(p.vectors, dim, f"pages[{i}] ({p.page_id!r}).vectors")
+        for i, p in enumerate(checked)
+    ]
+    page_meta = [
+        metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
+        for i, p in enumerate(checked)
+    ]
+    doc_meta = [
+        metadata_json(d.metadata, f"documents[{i}] ({d.doc_id!r}).metadata")
+        for i, d in enumerate(docs)
+    ]
+    return Batch(checked, docs, vectors, page_meta, doc_meta)

@@ -26,13 +26,10 @@ from vrag_compress.store.centroid_index import CentroidIndexes
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.validate import (
     StoreInputError,
-    as_list,
+    check_batch,
     check_document,
     check_id,
     check_ids,
-    check_page,
-    check_unique,
-    check_vectors,
     metadata_json,
 )
 
@@ -48,41 +45,32 @@ class PageWriter:
         self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord], *, replace: bool
     ) -> None:
         """Store pages and document rows in one transaction; ``replace`` allows existing ids."""
-        dim = self.ctx.dim
-        pages = [check_page(p, dim, i) for i, p in enumerate(as_list(pages, "pages"))]
-        docs = [check_document(d, i) for i, d in enumerate(as_list(documents, "documents"))]
-        check_unique([p.page_id for p in pages], "pages")
-        check_unique([d.doc_id for d in docs], "documents")
-        vectors = [
-            check_vectors(p.vectors, dim, f"pages[{i}] ({p.page_id!r}).vectors")
-            for i, p in enumerate(pages)
-        ]
-        metas = [
-            metadata_json(p.metadata, f"pages[{i}] ({p.page_id!r}).metadata")
-            for i, p in enumerate(pages)
-        ]
-        if not pages and not docs:
+        batch = check_batch(pages, documents, self.ctx.dim)
+        if not batch.pages and not batch.documents:
             return
         with self.ctx.catalog.write() as conn:
-            existing = cat.pages_by_id(conn, [p.page_id for p in pages], cat.LOCATION + ", page_id")
+            ids = [p.page_id for p in batch.pages]
+            existing = cat.pages_by_id(conn, ids, cat.LOCATION + ", page_id")
             if existing and not replace:
-                ids = sorted(r[4] for r in existing)
+                taken = sorted(r[4] for r in existing)
                 raise DuplicatePageError(
-                    f"{len(ids)} page ids already exist in {self.ctx.root} (e.g. {ids[:5]}); "
+                    f"{len(taken)} page ids already exist in {self.ctx.root} (e.g. {taken[:5]}); "
                     "use upsert() to replace them"
                 )
             cat.tombstone(conn, [r[:4] for r in existing])
-            if pages:
-                self._insert_pages(conn, pages, vectors, metas)
+            if batch.pages:
+                self._insert_pages(conn, batch.pages, batch.vectors, batch.page_metadata)
                 if self.centroids is not None:  # new tokens join the existing centroids
-                    self.centroids.on_insert(conn, [p.page_id for p in pages], vectors)
-            cat.put_documents(conn, _with_metadata_json(docs))
-            cat.ensure_documents(conn, [p.doc_id for p in pages])
+                    self.centroids.on_insert(conn, ids, batch.vectors)
+            docs = list(zip(batch.documents, batch.document_metadata, strict=True))
+            cat.put_documents(conn, docs)
+            cat.ensure_documents(conn, [p.doc_id for p in batch.pages])
 
     def put_document(self, doc: DocumentRecord) -> None:
         doc = check_document(doc)
+        meta = metadata_json(doc.metadata, f"documents[0] ({doc.doc_id!r}).metadata")
         with self.ctx.catalog.write() as conn:
-            cat.put_documents(conn, _with_metadata_json([doc]))
+            cat.put_documents(conn, [(doc, meta)])
 
     def delete(self, *, doc_id: str | None, page_ids: Sequence[str] | None) -> int:
         """Delete a document's pages and its row, or the given pages; returns pages removed."""
@@ -200,10 +188,3 @@ class PageWriter:
         if writer.seg_id >= 0:
             new_segs.append(writer.finish())
         return updates, new_segs
-
-
-def _with_metadata_json(docs: list[DocumentRecord]) -> list[tuple[DocumentRecord, str]]:
-    return [
-        (d, metadata_json(d.metadata, f"documents[{i}] ({d.doc_id!r}).metadata"))
-        for i, d in enumerate(docs)
-    ]
