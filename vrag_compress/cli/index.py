@@ -59,14 +59,23 @@ def parse_filter(filters: list[str]) -> dict[str, Any] | None:
     """`--filter '{"year": {"$gte": 2000}}'` (JSON) or repeated `--filter key=value` (equality)."""
     if not filters:
         return None
+    from vrag_compress.store import filters as store_filters
+
+    spec: Any
     if len(filters) == 1 and filters[0].lstrip().startswith("{"):
         try:
-            return json.loads(filters[0])
-        except json.JSONDecodeError as error:
+            spec = json.loads(filters[0])
+        except (json.JSONDecodeError, RecursionError) as error:
             raise typer.BadParameter(
                 f"invalid JSON filter: {error}", param_hint="--filter"
             ) from error
-    return parse_pairs(filters, "--filter")
+    else:
+        spec = parse_pairs(filters, "--filter")
+    try:
+        store_filters.parse_filter(spec)  # bad filters are usage errors (exit 2), not failures
+    except store_filters.FilterError as error:
+        raise typer.BadParameter(str(error), param_hint="--filter") from error
+    return spec
 
 
 StoreOpt = typer.Option(
