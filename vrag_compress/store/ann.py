@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 
@@ -41,9 +42,9 @@ class TokenIndex:
         self.seed = seed
         self.generation = -1
         self.kind = ""
-        self._index = None
-        self._quantizer = None
-        self._gpu_index = None
+        self._index: Any = None  # faiss objects (untyped)
+        self._quantizer: Any = None  # faiss objects (untyped)
+        self._gpu_index: Any = None  # faiss objects (untyped)
         self._trained_on = 0
         self._pids = np.empty(0, dtype=np.int64)  # indexed pages, sorted
         self._lengths = np.empty(0, dtype=np.int64)

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
@@ -491,11 +492,12 @@ class QdrantStore:
             return int(n)
         ids = check_ids(page_ids)
         present = [r.payload["page_id"] for r in self._retrieve(ids, vectors=False)]
-        for chunk in _chunks([_point_id(p) for p in present], self.options.batch_size):
+        point_ids: list[models.ExtendedPointId] = [_point_id(p) for p in present]
+        for chunk in _chunks(point_ids, self.options.batch_size):
             self._retry(
                 "delete",
-                lambda c=chunk: client.delete(
-                    self.collection, models.PointIdsList(points=c), wait=True
+                partial(
+                    client.delete, self.collection, models.PointIdsList(points=chunk), wait=True
                 ),
             )
         return len(present)
@@ -520,9 +522,7 @@ class QdrantStore:
                 )
         points = [self._point(p, v) for p, v in zip(pages, vectors, strict=True)]
         for chunk in _chunks(points, self.options.batch_size):
-            self._retry(
-                "upsert", lambda c=chunk: self._client().upsert(self.collection, c, wait=True)
-            )
+            self._retry("upsert", partial(self._client().upsert, self.collection, chunk, wait=True))
         given = {d.doc_id for d in docs}
         self._put_documents(docs)
         self._ensure_documents(sorted({p.doc_id for p in pages} - given))
@@ -563,7 +563,7 @@ class QdrantStore:
         ]
         for chunk in _chunks(points, self.options.batch_size):
             self._retry(
-                "write documents", lambda c=chunk: self._client().upsert(self.sidecar, c, wait=True)
+                "write documents", partial(self._client().upsert, self.sidecar, chunk, wait=True)
             )
 
     def _ensure_documents(self, doc_ids: list[str]) -> None:
@@ -571,7 +571,7 @@ class QdrantStore:
         if not doc_ids:
             return
         have = {
-            r.payload["doc_id"]
+            (r.payload or {})["doc_id"]
             for r in self._retry(
                 "read documents",
                 lambda: self._client().retrieve(self.sidecar, [_doc_point_id(d) for d in doc_ids]),
@@ -612,7 +612,7 @@ class QdrantStore:
         found = self._retry(
             "read documents", lambda: self._client().retrieve(self.sidecar, [_doc_point_id(doc_id)])
         )
-        return _doc_record(found[0].payload) if found else None
+        return _doc_record(found[0].payload or {}) if found else None
 
     def page_ids(self, doc_id: str | None = None) -> list[str]:
         """All page ids (sorted), or a document's in page order."""
@@ -633,9 +633,10 @@ class QdrantStore:
             found.extend(
                 self._retry(
                     "retrieve",
-                    lambda c=chunk: self._client().retrieve(
+                    partial(
+                        self._client().retrieve,
                         self.collection,
-                        [_point_id(p) for p in c],
+                        [_point_id(p) for p in chunk],
                         with_payload=True,
                         with_vectors=[PAGES] if vectors else False,
                     ),
@@ -649,11 +650,12 @@ class QdrantStore:
         while True:
             batch, offset = self._retry(
                 "scroll",
-                lambda o=offset: self._client().scroll(
+                partial(
+                    self._client().scroll,
                     collection,
                     scroll_filter=flt,
                     limit=1000,
-                    offset=o,
+                    offset=offset,
                     with_payload=models.PayloadSelectorInclude(include=fields),
                     with_vectors=False,
                 ),
@@ -827,7 +829,7 @@ def _create_collections(
             _retry(
                 opts,
                 "create index",
-                lambda n=name, s=schema: client.create_payload_index(loc.collection, n, s),
+                partial(client.create_payload_index, loc.collection, name, schema),
             )
 
 

@@ -106,7 +106,9 @@ def check_document(doc: Any, index: int | None = None) -> DocumentRecord:
 
 def check_unique(ids: Sequence[str], what: str) -> None:
     seen: set[str] = set()
-    repeated = {i for i in ids if i in seen or seen.add(i)}
+    repeated: set[str] = set()
+    for i in ids:
+        (repeated if i in seen else seen).add(i)
     if repeated:
         raise StoreInputError(f"{what} repeats ids within one call: {sorted(repeated)[:5]}")
 
