@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Depends, FastAPI, File, Form, Query, Request, Security, UploadFile
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +31,7 @@ from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndex, VisualIndexError
 from vrag_compress.serve.jobs import JobQueue, UploadError
 from vrag_compress.store import StoreError
+from vrag_compress.store.base import SearchMode
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         if k > config.max_k:
             raise ApiError(400, f"k={k} is over this server's limit of {config.max_k}")
         try:
-            hits = server.reader.search(q, k=k, filter=_filter(filter), mode=mode)
+            hits = server.reader.search(q, k=k, filter=_filter(filter), mode=cast(SearchMode, mode))
         except (ValueError, EncoderLoadError, StoreError) as error:
             raise ApiError(400, str(error)) from error
         return {"query": q, "hits": [h.to_dict() for h in hits]}
