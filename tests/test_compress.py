@@ -74,7 +74,7 @@ def test_register_compressor_adds_a_name_once():
             register_compressor(type("Other", (Everything,), {}))
     finally:
         COMPRESSORS.pop("test-everything", None)
-    with pytest.raises(CompressionError, match="not a BaseCompressor"):
+    with pytest.raises(CompressionError, match="not a compressor class"):
         register_compressor(dict)
 
 

@@ -36,6 +36,7 @@ _EXPORTS = {
     "Compressor": "vrag_compress.compress.base",
     "BaseCompressor": "vrag_compress.compress.common",
     "get_compressor": "vrag_compress.compress",
+    "compressor_for": "vrag_compress.compress",
     "list_compressors": "vrag_compress.compress",
     "register_compressor": "vrag_compress.compress",
     # scoring and calibration
@@ -46,7 +47,12 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ loads them
     from vrag_compress.calibrate import score_retention, select_window
-    from vrag_compress.compress import get_compressor, list_compressors, register_compressor
+    from vrag_compress.compress import (
+        compressor_for,
+        get_compressor,
+        list_compressors,
+        register_compressor,
+    )
     from vrag_compress.compress.base import CompressedPage, Compressor
     from vrag_compress.compress.common import BaseCompressor
     from vrag_compress.encoders.base import Encoder, PageEncoding
@@ -92,6 +98,7 @@ __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "Compressor",
     "BaseCompressor",
     "get_compressor",
+    "compressor_for",
     "list_compressors",
     "register_compressor",
     "maxsim",

@@ -7,7 +7,6 @@ indexing pipeline behind `add` lives in `vrag_compress.indexing`, the stored set
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vrag_compress.compress import get_compressor
+from vrag_compress.compress import compressor_for, get_compressor
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
@@ -61,8 +60,6 @@ __all__ = [
     "VisualIndex",
     "VisualIndexError",
 ]
-
-log = logging.getLogger(__name__)
 
 
 class ModelMismatchError(VisualIndexError):
@@ -172,17 +169,19 @@ class VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
         `compressor` is a compressor object, a method name (with `ratio`), or None for SAP at
-        `ratio` with the model's built-in layer window when one is known. `store` is None for
-        the embedded store inside the folder, or a URL (``qdrant://host:port/collection``,
-        ``qdrant+local://PATH``): the vectors then live there and the folder keeps the images,
-        layouts and a pointer to the store.
+        `ratio`; `compressor_for` fills in what depends on the model, e.g. a SAP window missing
+        from an object (built-in profile, else the uncalibrated fallback with a warning), and
+        the config records what was used. `store` is None for the embedded store inside the
+        folder, or a URL (``qdrant://host:port/collection``, ``qdrant+local://PATH``): the
+        vectors then live there and the folder keeps the images, layouts and a pointer to it.
         """
         path = Path(path)
         if encoder is None:
             from vrag_compress.encoders import load_encoder
 
             encoder = load_encoder(model, device=device, batch_size=batch_size)
-        built = _resolve_compressor(compressor, ratio, encoder)
+        built = compressor_for(compressor, encoder=encoder, ratio=ratio)
+        _check_rebuildable(built)
         config = IndexConfig(
             model_id=_model_config_name(encoder),
             dim=int(encoder.dim),
@@ -517,39 +516,6 @@ class VisualIndex:
         )
 
 
-def _resolve_compressor(
-    compressor: Compressor | str | None, ratio: float, encoder: Encoder
-) -> Compressor:
-    """A compressor object as given, or one by name; SAP gets the model's built-in window
-    when the profile matches the model's depth, else the SPEC §4 fallback window."""
-    if compressor is not None and not isinstance(compressor, str):
-        return compressor
-    name = compressor or "sap"
-    if name == "sap":
-        from vrag_compress.compress.profiles import builtin_profile, fallback_window
-
-        profile = builtin_profile(_model_config_name(encoder))
-        if profile is not None and profile.n_layers == encoder.n_layers:
-            return get_compressor("sap", ratio=ratio, layers=list(profile.window))
-        window = list(fallback_window(encoder.n_layers))
-        log.warning(
-            "no calibrated SAP window for %s; using the fallback layers %s. "
-            "Run `vrag calibrate` for a better one.",
-            _model_config_name(encoder),
-            window,
-        )
-        return get_compressor("sap", ratio=ratio, layers=window, n_layers=encoder.n_layers)
-    if name == "identity":
-        return get_compressor("identity")
-    if name == "adaptive-eos":
-        raise ValueError(
-            "adaptive-eos keeps a per-page number of tokens set by kappa; pass "
-            "get_compressor('adaptive-eos', ratio=..., kappa=...) (or one fitted on pages) "
-            "as `compressor`"
-        )
-    return get_compressor(name, ratio=ratio)
-
-
 def _recorded_compressor(config: IndexConfig) -> Compressor:
     """Rebuild the index's compressor; a compressor defined outside the package must have been
     registered (by importing its module) first."""
@@ -565,6 +531,19 @@ def _recorded_compressor(config: IndexConfig) -> Compressor:
             "before adding pages"
         )
     return get_compressor(config.compressor, **config.compressor_params)
+
+
+def _check_rebuildable(compressor: Compressor) -> None:
+    """The index records the compressor's name and params; refuse one that `open` could not
+    rebuild as the same class."""
+    from vrag_compress.compress.registry import COMPRESSORS
+
+    if COMPRESSORS.get(compressor.name) is not type(compressor):
+        raise VisualIndexError(
+            f"{type(compressor).__name__} (name {compressor.name!r}) is not the class registered "
+            "under that name; register it with register_compressor so the index can rebuild it "
+            "when it is opened again"
+        )
 
 
 def _outside_module(compressor: Compressor) -> str | None:

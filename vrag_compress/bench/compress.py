@@ -102,20 +102,28 @@ def _timed(fn, items: list) -> tuple[float, Any]:
 
 
 def _candidates(ratio: float, device: str, batch_size: int, pages: list) -> dict[str, Any]:
-    from vrag_compress.compress import fallback_window, get_compressor
+    """Every method at ``ratio``; SAP at the uncalibrated fallback window (timing only)."""
+    from vrag_compress.compress import compressor_for, fallback_window
 
-    uot = {"ratio": ratio, "device": device, "batch_size": batch_size}
     n_layers = pages[0].centrality.shape[0]
+
+    def build(name: str, **params: Any) -> Any:
+        window = fallback_window(n_layers)
+        return compressor_for(
+            name, n_layers=n_layers, ratio=ratio, window=window, fit_pages=pages[:32], **params
+        )
+
+    uot = {"device": device, "batch_size": batch_size}
     return {
-        "identity": get_compressor("identity"),
-        "sap": get_compressor("sap", ratio=ratio, layers=list(fallback_window(n_layers))),
-        "uot": get_compressor("uot", **uot),
-        "uot-bf16": get_compressor("uot", precision="bf16", **uot),
-        "random": get_compressor("random", ratio=ratio),
-        "eos": get_compressor("eos", ratio=ratio),
-        "adaptive-eos": get_compressor("adaptive-eos", ratio=ratio).fit(pages[:32]),
-        "cluster": get_compressor("cluster", ratio=ratio),
-        "pool": get_compressor("pool", ratio=ratio),
+        "identity": build("identity"),
+        "sap": build("sap"),
+        "uot": build("uot", **uot),
+        "uot-bf16": build("uot", precision="bf16", **uot),
+        "random": build("random"),
+        "eos": build("eos"),
+        "adaptive-eos": build("adaptive-eos"),
+        "cluster": build("cluster"),
+        "pool": build("pool"),
     }
 
 

@@ -272,9 +272,10 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
         if _explicit(ctx, name)
     ]
     if ignored:
+        config = vindex.config
         err.print(
             f"[yellow]warning:[/] {', '.join(ignored)} ignored: {vindex.path} already exists and "
-            f"uses {vindex.compressor.name} {escape(json.dumps(vindex.compressor.params))}; "
+            f"uses {config.compressor} {escape(json.dumps(config.compressor_params))}; "
             "index into a new folder to change them"
         )
 
@@ -317,24 +318,20 @@ def _page_ocr(mode: str) -> Any:
 
 
 def _compressor(method: str, params: dict[str, Any], ratio: float, profile: Path | None) -> Any:
-    """The method name, a compressor built with the given parameters, or a SAP compressor built
-    from a calibration profile."""
-    if profile is None:
-        return build_compressor(method, params, ratio)
-    if method != "sap" or params:
-        raise typer.BadParameter("--profile is a SAP layer window; use it with --method sap")
-    from vrag_compress.compress import get_compressor
+    """The compressor for `--method/--param/--ratio/--profile`, checked now (exit 2 when bad);
+    the model's layer window (without a profile) is filled in when the index is created."""
+    from vrag_compress.compress import ProfileError
 
     try:
-        return get_compressor("sap", ratio=ratio, profile=str(profile))
-    except ValueError as error:
+        return build_compressor(method, params, ratio, profile)
+    except ProfileError as error:
         fail(f"--profile {profile}: {error}")
 
 
 @app.command()
 def methods(json_out: bool = JsonOpt) -> None:
     """List the compression methods `--method` accepts, with their parameters."""
-    from vrag_compress.compress import get_compressor, list_compressors
+    from vrag_compress.compress import capabilities, get_compressor, list_compressors
 
     rows = []
     for name in list_compressors():
@@ -342,7 +339,7 @@ def methods(json_out: bool = JsonOpt) -> None:
             params = get_compressor(name).params
         except ValueError:
             params = {}
-        rows.append({"name": name, "params": params})
+        rows.append({"name": name, "params": params, "needs": capabilities(name).to_dict()})
     if json_out:
         emit_json(rows)
         return

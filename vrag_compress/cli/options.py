@@ -62,24 +62,23 @@ def check_choice(value: str, choices: tuple[str, ...], option: str) -> str:
     return value
 
 
-def build_compressor(name: str, params: dict[str, Any], ratio: float) -> Any:
-    """A compressor object when parameters were given (checked now, exit 2 when bad); else the
-    bare name, so the index picks the model's SAP window itself."""
-    from vrag_compress.compress import get_compressor
+def build_compressor(
+    name: str, params: dict[str, Any], ratio: float, profile: Path | None = None
+) -> Any:
+    """The compressor for the command line (through `compressor_for`, like the index); bad
+    parameters raise `BadParameter` (exit 2), an unreadable profile `ProfileError`."""
+    from vrag_compress.compress import ProfileError, capabilities, compressor_for
 
-    if name == "adaptive-eos" and "kappa" not in params:
+    if profile is not None and not capabilities(name).uses_window:
         raise typer.BadParameter(
-            "adaptive-eos keeps tokens above an attention z-score: add --param kappa=K "
-            "(e.g. kappa=1.0)",
-            param_hint="--method",
+            f"--profile is a SAP layer window; {name} takes none", param_hint="--profile"
         )
     try:
-        compressor = get_compressor(name, ratio=ratio, **params) if name != "identity" else None
-        if name == "identity" and params:
-            raise ValueError("identity takes no parameters")
+        return compressor_for(name, ratio=ratio, profile=profile, **params)
+    except ProfileError:
+        raise
     except (ValueError, TypeError) as error:
         raise typer.BadParameter(str(error), param_hint="--param") from error
-    return compressor if params else name
 
 
 def file_name(hit: Any) -> str:

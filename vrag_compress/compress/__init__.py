@@ -1,8 +1,12 @@
-"""Page compression (SPEC §2-8): pruning (SAP and baselines) and merging (UOT and baselines).
+"""Page compression: pruning (SAP and baselines) and merging (UOT and baselines).
 
-from vrag_compress.compress import get_compressor
+from vrag_compress.compress import compressor_for, get_compressor
 sap = get_compressor("sap", ratio=0.1, profile="colqwen2")
+sap = compressor_for("sap", encoder=encoder, ratio=0.1)  # the model's window, calibrated or not
 compressed = sap.compress_many(pages)
+
+A new method is one `BaseCompressor` subclass that declares its capabilities, plus
+`register_compressor`.
 """
 
 from vrag_compress.compress.base import CompressedPage, CompressionError, Compressor, budget
@@ -15,10 +19,13 @@ from vrag_compress.compress.baselines import (
     RandomCompressor,
     calibrate_kappa,
 )
+from vrag_compress.compress.common import BaseCompressor
+from vrag_compress.compress.factory import Capabilities, capabilities, compressor_for
 from vrag_compress.compress.profiles import (
     BUILTIN_PROFILES,
     CalibrationProfile,
     ProfileError,
+    UncalibratedWindowWarning,
     builtin_profile,
     fallback_window,
 )
@@ -29,12 +36,14 @@ from vrag_compress.compress.registry import (
 )
 from vrag_compress.compress.sap import SAPCompressor
 from vrag_compress.compress.uot import UOTCompressor, uot_reference
-from vrag_compress.compress.variants import VARIANTS  # registers sap-sink, uot-anchor, uot-sap
+from vrag_compress.compress.variants import VARIANTS
 
 __all__ = [
     "BUILTIN_PROFILES",
     "AdaptiveEOSCompressor",
+    "BaseCompressor",
     "CalibrationProfile",
+    "Capabilities",
     "ClusterCompressor",
     "CompressedPage",
     "CompressionError",
@@ -46,10 +55,13 @@ __all__ = [
     "RandomCompressor",
     "SAPCompressor",
     "UOTCompressor",
+    "UncalibratedWindowWarning",
     "VARIANTS",
     "budget",
     "builtin_profile",
     "calibrate_kappa",
+    "capabilities",
+    "compressor_for",
     "fallback_window",
     "get_compressor",
     "list_compressors",

@@ -41,10 +41,20 @@ def budget(n_tokens: int, ratio: float) -> int:
 class Compressor(Protocol):
     """Compresses `PageEncoding`s into `CompressedPage`s at a fixed budget."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The registered method name (`get_compressor(name, **params)` rebuilds it)."""
+        ...
 
     @property
-    def params(self) -> dict[str, Any]: ...
+    def params(self) -> dict[str, Any]:
+        """JSON-serialisable constructor parameters; the index records them."""
+        ...
+
+    @property
+    def requires_stats(self) -> bool:
+        """Whether pages must be encoded with attention statistics for this compressor."""
+        ...
 
     def compress(self, page: PageEncoding) -> CompressedPage: ...
 

@@ -15,6 +15,7 @@ from vrag_compress.compress.common import (
     check_ratio,
     merged,
     page_seed,
+    page_stat,
     pruned,
     top_k_positions,
 )
@@ -26,6 +27,7 @@ class IdentityCompressor(BaseCompressor):
     """No compression: every token is kept (the uncompressed reference)."""
 
     name: ClassVar[str] = "identity"
+    kind: ClassVar[str] = "none"
 
     def _compress(self, page: PageEncoding) -> CompressedPage:
         return pruned(page, np.arange(page.n_tokens))
@@ -74,14 +76,16 @@ class EOSCompressor(BaseCompressor):
         object.__setattr__(self, "layer", int(self.layer))
 
     def _compress(self, page: PageEncoding) -> CompressedPage:
-        scores = _layer_row(page.eos_attention, self.layer, self.name).astype(np.float64)
+        scores = _layer_row(page_stat(page, "eos_attention"), self.layer, self.name).astype(
+            np.float64
+        )
         return pruned(page, top_k_positions(scores, self.budget(page.n_tokens)))
 
 
 def eos_zscores(page: PageEncoding, layer: int = -1) -> np.ndarray:
     """Per-page z-scores of one layer's EOS attention with the population sigma (ddof=0);
     a constant row gives all zeros."""
-    row = _layer_row(page.eos_attention, layer, "adaptive-eos").astype(np.float64)
+    row = _layer_row(page_stat(page, "eos_attention"), layer, "adaptive-eos").astype(np.float64)
     sigma = row.std()
     if sigma == 0.0:
         return np.zeros_like(row)
@@ -111,6 +115,8 @@ class AdaptiveEOSCompressor(BaseCompressor):
 
     name: ClassVar[str] = "adaptive-eos"
     stats: ClassVar[str | None] = "eos_attention"
+    needs_fit: ClassVar[bool] = True
+    fit_params: ClassVar[tuple[str, ...]] = ("kappa",)
 
     ratio: float = 0.1
     kappa: float | None = None
@@ -124,6 +130,11 @@ class AdaptiveEOSCompressor(BaseCompressor):
             if not np.isfinite(kappa):
                 raise CompressionError(f"adaptive-eos: kappa must be finite, got {self.kappa}")
             object.__setattr__(self, "kappa", kappa)
+
+    @property
+    def fitted(self) -> bool:
+        """Native mode (kappa given) needs no fitting."""
+        return self.kappa is not None
 
     def fit(self, pages: list[PageEncoding]) -> AdaptiveEOSCompressor:
         """A copy with kappa calibrated on ``pages`` so the mean keep ratio is about ``ratio``."""
@@ -164,6 +175,7 @@ class ClusterCompressor(BaseCompressor):
     k clusters, stored as L2-normalised cluster means (scikit-learn)."""
 
     name: ClassVar[str] = "cluster"
+    kind: ClassVar[str] = "merging"
 
     ratio: float = 0.1
 
@@ -201,6 +213,7 @@ class PoolCompressor(BaseCompressor):
     """
 
     name: ClassVar[str] = "pool"
+    kind: ClassVar[str] = "merging"
 
     ratio: float = 0.1
     num_workers: int | None = None

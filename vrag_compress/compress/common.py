@@ -1,4 +1,4 @@
-"""Shared helpers for the compressors: input validation, row normalisation, top-k, seeding.
+"""`BaseCompressor` and the helpers compressors share: validation, normalisation, top-k, seeding.
 
 Every method validates its input the same way so that bad pages fail with the same clear message.
 """
@@ -64,6 +64,15 @@ def check_page(page: PageEncoding, method: str, stats: str | None = None) -> Non
         raise CompressionError(f"{method}: page {stats} contains NaN or inf")
 
 
+def page_stat(page: PageEncoding, stats: str) -> np.ndarray:
+    """The page's attention statistic ``stats`` ("centrality" or "eos_attention"); `check_page`
+    has already rejected pages without it for methods that declare it."""
+    value = getattr(page, stats)
+    if value is None:
+        raise CompressionError(f"the page has no {stats}; encode it with with_stats=True")
+    return np.asarray(value)
+
+
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Float32 copy of ``x`` with L2-normalised rows; rows already unit are returned unchanged."""
     x = np.asarray(x, dtype=np.float32)
@@ -94,7 +103,7 @@ def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
 def page_seed(seed: int, page: PageEncoding) -> np.random.Generator:
     """A generator that depends on the seed and the page content only, so a page gets the same
     draws whether it is compressed alone or inside any batch."""
-    digest = zlib.crc32(np.ascontiguousarray(page.vectors).view(np.uint8))
+    digest = zlib.crc32(np.ascontiguousarray(page.vectors).data)
     return np.random.default_rng([int(seed), page.n_tokens, digest])
 
 
@@ -111,19 +120,40 @@ def merged(vectors: np.ndarray, assignment: np.ndarray) -> CompressedPage:
 
 @dataclass(frozen=True)
 class BaseCompressor:
-    """Common behaviour: ``params`` from the dataclass fields, per-page ``compress_many``.
+    """The base class for compression methods, built-in and user-written.
 
     Subclasses are frozen dataclasses whose fields are exactly the parameters of
-    ``get_compressor(name, **params)``, so ``get_compressor(c.name, **c.params) == c``.
+    ``get_compressor(name, **params)``, so ``get_compressor(c.name, **c.params) == c``; they
+    implement ``_compress`` (one page) and/or ``_compress_many`` (a batch) and declare what they
+    need with the capability attributes below, which `compressor_for` reads (a ``ratio`` field
+    is how a method says it takes a keep ratio).
     """
 
     name: ClassVar[str] = "base"
+    kind: ClassVar[str] = "pruning"
+    """"pruning" (keeps source tokens), "merging" (builds new vectors) or "none"."""
     stats: ClassVar[str | None] = None
+    """The attention statistic every page must carry ("centrality" or "eos_attention")."""
+    uses_window: ClassVar[bool] = False
+    """The method reads a SAP layer window ``layers``, chosen per model by `compressor_for`."""
+    needs_fit: ClassVar[bool] = False
+    """The method has a fitting step (``fit(pages)``) unless ``fitted`` is already True."""
+    fit_params: ClassVar[tuple[str, ...]] = ()
+    """Parameters that, when given, make the fitting step unnecessary."""
 
     @property
     def requires_stats(self) -> bool:
         """Whether pages need attention statistics (the index captures them when True)."""
         return self.stats is not None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the method can compress without a fitting step first."""
+        return True
+
+    def fit(self, pages: list[PageEncoding]) -> BaseCompressor:
+        """A copy fitted on ``pages`` (methods without a fitting step return themselves)."""
+        return self
 
     @property
     def params(self) -> dict[str, Any]:

@@ -22,6 +22,10 @@ class ProfileError(CompressionError):
     """A calibration profile is missing, unreadable or inconsistent."""
 
 
+class UncalibratedWindowWarning(UserWarning):
+    """SAP uses the uncalibrated fallback layer window: the model has no calibration profile."""
+
+
 @dataclass(frozen=True)
 class CalibrationProfile:
     """Which decoder layers SAP averages for one backbone, and the evidence for that choice.

@@ -1,10 +1,16 @@
-"""Name -> compressor class, and `get_compressor(name, **params)`, the one way to build one."""
+"""Name -> compressor class, and `get_compressor(name, **params)`, the one way to build one by name.
+
+Built-in methods and the variants are listed here; user-written methods join with
+`register_compressor`. To build a compressor for a particular model (layer window, fitting),
+use `vrag_compress.compress.compressor_for`, which calls `get_compressor`.
+"""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from vrag_compress.compress.base import CompressionError
+from vrag_compress.compress.base import CompressionError, Compressor
 from vrag_compress.compress.baselines import (
     AdaptiveEOSCompressor,
     ClusterCompressor,
@@ -13,11 +19,12 @@ from vrag_compress.compress.baselines import (
     PoolCompressor,
     RandomCompressor,
 )
-from vrag_compress.compress.common import BaseCompressor
+from vrag_compress.compress.profiles import ProfileError, resolve_profile
 from vrag_compress.compress.sap import SAPCompressor
 from vrag_compress.compress.uot import UOTCompressor
+from vrag_compress.compress.variants import VARIANTS
 
-COMPRESSORS: dict[str, type[BaseCompressor]] = {
+COMPRESSORS: dict[str, type] = {
     cls.name: cls
     for cls in (
         IdentityCompressor,
@@ -28,17 +35,31 @@ COMPRESSORS: dict[str, type[BaseCompressor]] = {
         AdaptiveEOSCompressor,
         ClusterCompressor,
         PoolCompressor,
+        *VARIANTS,
     )
 }
 
+_PROTOCOL = ("params", "requires_stats", "compress", "compress_many")
 
-def register_compressor(cls: type[BaseCompressor]) -> type[BaseCompressor]:
-    """Add a compressor class under ``cls.name`` (usable as a decorator); names are unique."""
-    if not (isinstance(cls, type) and issubclass(cls, BaseCompressor)):
-        raise CompressionError(f"{cls!r} is not a BaseCompressor subclass")
-    if COMPRESSORS.get(cls.name, cls) is not cls:
-        raise CompressionError(f"a compressor named {cls.name!r} is already registered")
-    COMPRESSORS[cls.name] = cls
+
+def register_compressor(cls: type) -> type:
+    """Add a compressor class under ``cls.name`` (usable as a decorator); names are unique.
+
+    The class satisfies the `Compressor` protocol (subclassing `BaseCompressor` is the easy way)
+    and ``cls(**instance.params)`` rebuilds an instance: an index records the name and params
+    and rebuilds the compressor from them when it is opened again.
+    """
+    name = getattr(cls, "name", None)
+    missing = [attr for attr in _PROTOCOL if not hasattr(cls, attr)]
+    if not isinstance(cls, type) or not isinstance(name, str) or not name or missing:
+        raise CompressionError(
+            f"{cls!r} is not a compressor class: subclass BaseCompressor, or give the class a "
+            f"str `name` and {', '.join(_PROTOCOL)}"
+            + (f" (missing {missing})" if isinstance(cls, type) and missing else "")
+        )
+    if COMPRESSORS.get(name, cls) is not cls:
+        raise CompressionError(f"a compressor named {name!r} is already registered")
+    COMPRESSORS[name] = cls
     return cls
 
 
@@ -47,23 +68,25 @@ def list_compressors() -> list[str]:
     return list(COMPRESSORS)
 
 
-def get_compressor(name: str, **params: Any) -> BaseCompressor:
+def get_compressor(name: str, **params: Any) -> Compressor:
     """Build a compressor by name; ``get_compressor(c.name, **c.params) == c``.
 
     Budget: ``ratio`` (keep ratio in (0, 1]) or ``merge_factor`` (>= 1, ratio = 1/MF).
-    SAP also takes ``profile=`` (built-in name, model id, JSON path, dict or CalibrationProfile).
+    Methods with a SAP layer window also take ``profile=`` (built-in name, model id, JSON path,
+    dict or CalibrationProfile), which sets ``layers`` (and ``n_layers`` where the method has it).
     """
     cls = COMPRESSORS.get(name)
     if cls is None:
         raise CompressionError(f"unknown compressor {name!r}; choose one of {list_compressors()}")
     if "merge_factor" in params:
         params = _merge_factor_to_ratio(name, params)
+    if "profile" in params:
+        params = _profile_to_window(name, cls, params)
     try:
-        if cls is SAPCompressor:
-            return SAPCompressor.create(**params)
-        return cls(**params)
+        compressor: Compressor = cls(**params)
     except TypeError as exc:
         raise CompressionError(f"{name}: bad parameters {sorted(params)}: {exc}") from exc
+    return compressor
 
 
 def _merge_factor_to_ratio(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -75,3 +98,34 @@ def _merge_factor_to_ratio(name: str, params: dict[str, Any]) -> dict[str, Any]:
         raise CompressionError(f"{name}: merge_factor must be a number >= 1, got {factor!r}")
     params["ratio"] = 1.0 / float(factor)
     return params
+
+
+def _profile_to_window(name: str, cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """``profile=`` -> ``layers`` (+ ``n_layers``), checked against explicit values."""
+    params = dict(params)
+    profile = params.pop("profile")
+    if profile is None:
+        return params
+    if not getattr(cls, "uses_window", False):
+        raise CompressionError(f"{name} takes no SAP layer-window profile")
+    found = resolve_profile(profile)
+    layers = params.get("layers")
+    if layers is not None and tuple(layers) != found.window:
+        raise ProfileError(
+            f"{name}: layers {list(layers)} disagree with the profile window "
+            f"{list(found.window)}; pass one of them"
+        )
+    n_layers = params.get("n_layers")
+    if n_layers is not None and n_layers != found.n_layers:
+        raise ProfileError(
+            f"{name}: n_layers={n_layers} disagrees with the profile ({found.n_layers})"
+        )
+    params["layers"] = list(found.window)
+    if takes_param(cls, "n_layers"):
+        params["n_layers"] = found.n_layers
+    return params
+
+
+def takes_param(cls: type, param: str) -> bool:
+    """Whether the class's constructor has a parameter named ``param``."""
+    return param in inspect.signature(cls).parameters

@@ -12,8 +12,19 @@ from typing import ClassVar
 import numpy as np
 
 from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import BaseCompressor, check_ratio, pruned, top_k_positions
-from vrag_compress.compress.profiles import CalibrationProfile, fallback_window, resolve_profile
+from vrag_compress.compress.common import (
+    BaseCompressor,
+    check_ratio,
+    page_stat,
+    pruned,
+    top_k_positions,
+)
+from vrag_compress.compress.profiles import (
+    CalibrationProfile,
+    UncalibratedWindowWarning,
+    fallback_window,
+    resolve_profile,
+)
 from vrag_compress.encoders.base import PageEncoding
 
 
@@ -33,6 +44,7 @@ class SAPCompressor(BaseCompressor):
 
     name: ClassVar[str] = "sap"
     stats: ClassVar[str | None] = "centrality"
+    uses_window: ClassVar[bool] = True
 
     ratio: float = 0.1
     layers: tuple[int, ...] | None = None
@@ -85,6 +97,7 @@ class SAPCompressor(BaseCompressor):
             warnings.warn(
                 f"sap: no layer window given; using the uncalibrated fallback {list(window)} "
                 f"for {n_layers} layers. Calibrate with `vrag calibrate`.",
+                UncalibratedWindowWarning,
                 stacklevel=4,
             )
             return window
@@ -103,11 +116,11 @@ class SAPCompressor(BaseCompressor):
         out: list[CompressedPage | None] = [None] * len(pages)
         groups: dict[tuple[int, int], list[int]] = {}
         for i, page in enumerate(pages):
-            groups.setdefault(page.centrality.shape, []).append(i)
+            groups.setdefault(page_stat(page, "centrality").shape, []).append(i)
         for (n_layers, n_tokens), idx in groups.items():
             window = self.window_for(n_layers)
             rows = list(window)
-            stats = np.stack([pages[i].centrality[rows] for i in idx])
+            stats = np.stack([page_stat(pages[i], "centrality")[rows] for i in idx])
             kept = top_k_positions(sap_scores(stats, range(len(rows))), self.budget(n_tokens))
             for row, i in enumerate(idx):
                 out[i] = pruned(pages[i], kept[row])

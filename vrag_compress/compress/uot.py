@@ -156,6 +156,8 @@ def uot_reference(
         y = y_new
         if moved <= MOVE_TOL:
             break
+    if plan is None:
+        raise CompressionError(f"uot: iters must be >= 1, got {iters}")
     return y.numpy().astype(np.float32), plan.argmax(dim=1).numpy()
 
 
@@ -171,6 +173,7 @@ class UOTCompressor(BaseCompressor):
     """
 
     name: ClassVar[str] = "uot"
+    kind: ClassVar[str] = "merging"
     stats: ClassVar[str | None] = None  # centrality is used when present, never required
 
     ratio: float = 0.1

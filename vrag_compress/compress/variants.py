@@ -13,7 +13,7 @@
   all-layer mean.
 
 Plain ``sap`` and ``uot`` stay exactly per SPEC; these are separate names with their own
-parameters. `vrag_compress.compress` imports this module, which registers them.
+parameters. The registry (`vrag_compress.compress.registry`) lists them with the other methods.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from vrag_compress.compress import registry
 from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import pruned
+from vrag_compress.compress.common import merged, page_stat, pruned
 from vrag_compress.compress.sap import SAPCompressor, sap_scores
 from vrag_compress.compress.uot import (
     MARGINAL_EPS,
@@ -107,8 +106,8 @@ class SinkAwareSAPCompressor(SAPCompressor):
     def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
         out = []
         for page in pages:
-            window = self.window_for(page.centrality.shape[0])
-            scores = sap_scores(page.centrality, window)
+            centrality = page_stat(page, "centrality")
+            scores = sap_scores(centrality, self.window_for(centrality.shape[0]))
             kept = sink_aware_top_k(
                 page.vectors,
                 scores,
@@ -134,6 +133,8 @@ class GuidedUOTCompressor(UOTCompressor):
     """
 
     name: ClassVar[str] = "uot-guided"
+    stats: ClassVar[str | None] = "centrality"
+    uses_window: ClassVar[bool] = True
 
     layers: tuple[int, ...] | None = None
     init: str = "sap"
@@ -149,18 +150,13 @@ class GuidedUOTCompressor(UOTCompressor):
             object.__setattr__(self, "layers", tuple(int(layer) for layer in self.layers))
         self._sap()  # validates the window
 
-    @property
-    def requires_stats(self) -> bool:
-        return True
-
     def _sap(self) -> SAPCompressor:
         return SAPCompressor(ratio=self.ratio, layers=self.layers)
 
     def _marginal(self, page: PageEncoding) -> np.ndarray:
-        if self.mass == "all":
-            rows = page.centrality
-        else:
-            rows = page.centrality[list(self._sap().window_for(page.centrality.shape[0]))]
+        rows = page_stat(page, "centrality")
+        if self.mass == "window":
+            rows = rows[list(self._sap().window_for(rows.shape[0]))]
         a = rows.astype(np.float64).mean(axis=0) + MARGINAL_EPS
         return a / a.sum()
 
@@ -185,15 +181,9 @@ class GuidedUOTCompressor(UOTCompressor):
         y, assignment = self._em(x, mu.squeeze(2).to(x.dtype), y0 * cols.unsqueeze(2), cols)
         y, assignment = y.cpu().numpy(), assignment.cpu().numpy()
         return [
-            _merged(y[b, :k], assignment[b, : p.n_tokens])
+            merged(y[b, :k], assignment[b, : p.n_tokens])
             for b, (p, k) in enumerate(zip(pages, ks, strict=True))
         ]
-
-
-def _merged(vectors: np.ndarray, assignment: np.ndarray) -> CompressedPage:
-    from vrag_compress.compress.common import merged
-
-    return merged(vectors, assignment)
 
 
 @dataclass(frozen=True)
@@ -217,13 +207,4 @@ class SAPGuidedUOTCompressor(GuidedUOTCompressor):
 
 
 VARIANTS = (SinkAwareSAPCompressor, AnchorUOTCompressor, SAPGuidedUOTCompressor)
-
-
-def register_variants() -> list[str]:
-    """Make the variants reachable through `get_compressor` / `list_compressors`."""
-    for cls in VARIANTS:
-        registry.register_compressor(cls)
-    return [cls.name for cls in VARIANTS]
-
-
-register_variants()
+"""The variants the registry lists beside the papers' methods."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from vrag_compress.beir import BeirDataset, DatasetError, split_queries
 from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
+from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import PageEncoding
 
 CACHE_FORMAT = 1
@@ -294,26 +295,22 @@ def calibrate_window(
 
 
 # -------------------------------------------------------------------------------- the benchmark
-def build_compressor(spec: MethodSpec, ratio: float, window: Sequence[int], corpus: EncodedCorpus):  # noqa: ANN201
-    """The compressor for one (method, ratio); SAP-family methods get the window unless the
-    spec sets ``layers``; adaptive-eos has kappa fitted on the corpus pages (label-free) so the
-    mean keep ratio is about ``ratio``."""
-    import vrag_compress.compress.variants  # noqa: F401  (registers the variant methods)
-    from vrag_compress.compress import get_compressor
+def build_compressor(
+    spec: MethodSpec, ratio: float, window: Sequence[int], corpus: EncodedCorpus
+) -> Compressor:
+    """The compressor for one (method, ratio): methods that read a SAP window get the calibrated
+    one unless the spec sets ``layers``; a method with a fitting step (adaptive-eos without
+    ``kappa``) is fitted on the corpus pages (label-free) so the mean keep ratio is ``ratio``."""
+    from vrag_compress.compress import compressor_for
 
-    params = dict(spec.params)
-    if spec.name == "identity":
-        return get_compressor("identity", **params)
-    if spec.name.startswith("sap") or spec.name in WINDOWED:
-        params.setdefault("layers", list(window))
-    compressor = get_compressor(spec.name, ratio=ratio, **params)
-    if spec.name == "adaptive-eos" and "kappa" not in params:
-        compressor = compressor.fit(corpus.pages)
-    return compressor
-
-
-WINDOWED = {"uot-anchor", "uot-sap"}
-"""Variant methods (besides sap*) that read the SAP window."""
+    return compressor_for(
+        spec.name,
+        n_layers=corpus.n_layers,
+        ratio=ratio,
+        window=window,
+        fit_pages=corpus.pages,
+        **spec.params,
+    )
 
 
 def run_retention(
