@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import warnings
 
 import numpy as np
@@ -130,3 +131,17 @@ def test_variants_do_not_import_the_package_that_imports_them():
     assert "vrag_compress.compress" not in imported
     assert "vrag_compress.compress.registry" not in imported
     assert {"sap-sink", "uot-anchor", "uot-sap"} <= set(list_compressors())
+
+
+def test_vrag_methods_shows_what_each_method_needs():
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
+    result = CliRunner().invoke(app, ["methods", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["sap"]["needs"]["uses_window"] and rows["sap"]["needs"]["stats"] == "centrality"
+    assert rows["adaptive-eos"]["needs"]["needs_fit"]
+    assert rows["adaptive-eos"]["needs"]["fit_params"] == ["kappa"]
+    assert not rows["identity"]["needs"]["takes_ratio"]
