@@ -24,6 +24,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vrag_compress.encoders.base import Encoder
@@ -67,6 +68,14 @@ class ServeConfig:
     ocr: str = "auto"
     device: str = "auto"
     model: str | None = None
+
+
+class AskRequest(BaseModel):
+    """The body of ``POST /api/ask``."""
+
+    question: str = Field(min_length=1, description="The question to answer from the pages.")
+    k: int = Field(3, ge=1, description="Pages to retrieve and send to the chat model.")
+    filter: dict[str, Any] | None = Field(None, description="Metadata filter (JSON object).")
 
 
 class ApiError(Exception):
@@ -473,21 +482,17 @@ def _add_api(app: FastAPI, server: Server) -> None:
         return {"ok": report.ok, "pages": report.pages, "problems": list(report.problems)}
 
     @app.post("/api/ask", dependencies=reads, tags=["search"])
-    def ask(body: dict[str, Any]) -> StreamingResponse:
-        """Answer ``{"question", "k", "filter"}`` from the retrieved page images with the chat
-        model given by ``--llm``. Streams NDJSON: ``{"type": "citations"}`` (pages and regions),
-        then ``{"type": "token", "text"}`` pieces, then ``{"type": "done", "answer"}``."""
+    def ask(body: AskRequest) -> StreamingResponse:
+        """Answer a question from the retrieved page images with the chat model given by
+        ``--llm``. Streams NDJSON: ``{"type": "citations"}`` (pages and regions), then
+        ``{"type": "token", "text"}`` pieces, then ``{"type": "done", "answer"}``."""
         if server.chat_model is None:
             raise ApiError(400, _no_llm_message())
-        question = body.get("question")
-        if not isinstance(question, str) or not question.strip():
+        question, k, where = body.question, body.k, body.filter
+        if not question.strip():
             raise ApiError(422, "question: a non-empty string is required")
-        k = body.get("k", 3)
-        if not isinstance(k, int) or not 1 <= k <= config.max_k:
-            raise ApiError(422, f"k: an integer in 1..{config.max_k} is required")
-        where = body.get("filter")
-        if where is not None and not isinstance(where, dict):
-            raise ApiError(422, "filter: a JSON object is required")
+        if k > config.max_k:
+            raise ApiError(422, f"k: at most {config.max_k} on this server")
         try:
             hits = server.reader.search(question, k=k, filter=where)
         except (ValueError, EncoderLoadError, StoreError) as error:
