@@ -27,6 +27,7 @@ from vrag_compress.index_config import (
     DEFAULT_RENDERER,
     ImageOptions,
     IndexConfig,
+    IndexConfigError,
     VisualIndexError,
 )
 from vrag_compress.indexing import AddReport, Indexer
@@ -252,15 +253,22 @@ class VisualIndex:
             )
         target = store or read_store_pointer(path) or path
         opened = open_store(target, readonly=readonly)
-        recorded = opened.config["model_id"]
+        try:
+            index = cls(path, opened, encoder, device)
+        except (KeyError, TypeError, ValueError) as exc:  # a config edited by hand or crafted
+            opened.close()
+            raise IndexConfigError(f"{path}: the index config is invalid ({exc})") from exc
+        except BaseException:
+            opened.close()
+            raise
         asked = model or (encoder and _model_config_name(encoder))
-        if asked and asked != recorded:
+        if asked and asked != index.model_id:
             opened.close()
             raise ModelMismatchError(
-                f"{path} was indexed with model {recorded!r}, not {asked!r}: query vectors of "
-                "different models are not comparable. Open it without a model, or re-index."
+                f"{path} was indexed with model {index.model_id!r}, not {asked!r}: query vectors "
+                "of different models are not comparable. Open it without a model, or re-index."
             )
-        return cls(path, opened, encoder, device)
+        return index
 
     def close(self) -> None:
         self.store.close()

@@ -19,8 +19,16 @@ from typing import Any, Protocol
 
 from vrag_compress.compress.base import CompressedPage, Compressor
 from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index_config import VisualIndexError
-from vrag_compress.ingest import Document, IngestError, Page, find_documents, open_document
+from vrag_compress.ingest import (
+    Document,
+    IngestError,
+    Page,
+    display_path,
+    iter_documents,
+    open_document,
+)
 from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
@@ -55,7 +63,11 @@ class AddReport:
     def record_ocr(self, page: Page, result: PageText) -> None:
         """Per-page OCR timing; an OCR failure is listed but the page is still indexed."""
         if result.error is not None:
-            entry = {"path": str(page.source), "page_no": str(page.page_no), "reason": result.error}
+            entry = {
+                "path": display_path(page.source or page.doc_id),
+                "page_no": str(page.page_no),
+                "reason": result.error,
+            }
             self.ocr_failures.append(entry)
         elif result.ocr_ran:
             self.ocr_pages.append(
@@ -78,7 +90,7 @@ class AddReport:
         }
 
     def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
-        entry = {"path": str(path), "reason": reason}
+        entry = {"path": display_path(path), "reason": reason}
         if page_no is not None:
             entry["page_no"] = str(page_no)
         self.failures.append(entry)
@@ -174,6 +186,7 @@ class Indexer:
         self.batch_size = batch_size
         self.dpi = dpi
         self.renderer = renderer
+        self._sources: dict[str, set[str]] | None = None  # source file -> its doc ids (lazy)
 
     def encode(
         self, pages: Sequence[Page], texts: Sequence[str | None] | None = None
@@ -211,33 +224,50 @@ class Indexer:
         """Index files, folders or rendered pages (see `VisualIndex.add`)."""
         report = AddReport(ocr_mode=page_ocr.mode)
         started = time.perf_counter()
-        states = self.plan(items, metadata, report)
-        total = sum((s.record.n_pages or 0) - s.last_page for s in states)
-        with IndexProgress(total, enabled=progress) as bar:
+        self._sources = None
+        with IndexProgress(0, enabled=progress) as bar:
             batch: list[tuple[DocState, Page]] = []
-            for state, page in self.stream(states, report):
+            streamed: list[DocState] = []  # every page handed out; finished after the commit
+            for state, page in self.stream(self.plan(items, metadata, report, bar), report):
+                if page is None:
+                    streamed.append(state)
+                    continue
                 batch.append((state, page))
                 if len(batch) >= self.batch_size:
                     self.commit(batch, report, bar, page_ocr)
                     batch = []
+                    self.finish(streamed, report)
+                    streamed = []
             self.commit(batch, report, bar, page_ocr)
-        self.finish(states, report)
+            self.finish(streamed, report)
+            bar.discovery_done()
         report.seconds = time.perf_counter() - started
         return report
 
-    def plan(self, items: Any, metadata: dict[str, Any], report: AddReport) -> list[DocState]:
-        """Open every document, skip unchanged ones, and find where interrupted ones resume."""
+    def plan(
+        self,
+        items: Any,
+        metadata: dict[str, Any],
+        report: AddReport,
+        bar: IndexProgress | None = None,
+    ) -> Iterator[DocState]:
+        """Each document to index, as the folders are walked: unchanged ones are skipped,
+        interrupted ones resume. A stream, so memory stays flat whatever the folder size and the
+        first batch commits while the walk goes on."""
         if isinstance(items, (str, Path)):
             items = [items]
         items = list(items)
         if items and all(isinstance(i, Page) for i in items):
-            return self._plan_pages(items, metadata, report)
-        paths, errors = find_documents(items)
-        for error in errors:
-            report.fail(error.path, error.reason)
-        states: list[DocState] = []
-        seen: dict[str, Path] = {}
-        for path in paths:
+            states = self._plan_pages(items, metadata, report)
+            if bar is not None:
+                bar.discover(len(states), sum(_todo(s) for s in states))
+            yield from states
+            return
+        seen: dict[str, str] = {}
+        for path in iter_documents(items):
+            if isinstance(path, IngestError):
+                report.fail(path.path, path.reason)
+                continue
             try:
                 with open_document(path, dpi=self.dpi, renderer=self.renderer) as document:
                     opener = partial(
@@ -251,10 +281,11 @@ class Indexer:
             except IngestError as error:
                 report.fail(error.path, error.reason)
                 continue
-            seen.setdefault(document.doc_id, path)
+            seen.setdefault(document.doc_id, display_path(path))
+            if bar is not None:
+                bar.discover(1, _todo(state) if state is not None else 0)
             if state is not None:
-                states.append(state)
-        return states
+                yield state
 
     def _plan_pages(
         self, pages: list[Page], metadata: dict[str, Any], report: AddReport
@@ -273,7 +304,7 @@ class Indexer:
         opener: Callable[[], _Pages],
         metadata: dict[str, Any],
         report: AddReport,
-        seen: dict[str, Path] | None = None,
+        seen: dict[str, str] | None = None,
     ) -> DocState | None:
         """Where this document's indexing starts, or None when there is nothing to do
         (already complete, or the same content as another file of this run)."""
@@ -285,15 +316,17 @@ class Indexer:
             )
             report.documents_skipped.append(document.doc_id)
             return None
+        source = _source(document.source)
         existing = self.store.document(document.doc_id)
         if existing is not None and existing.complete:
             report.documents_skipped.append(document.doc_id)
             report.pages_skipped += existing.n_pages or 0
+            self.retire_old_versions(document.doc_id, source, report)  # a crash may have cut it
             return None
         stored = [r.page_no for r in self.store.get(self.store.page_ids(document.doc_id))]
         record = DocumentRecord(
             doc_id=document.doc_id,
-            source=str(Path(document.source).resolve()) if document.source else None,
+            source=source,
             content_hash=document.content_hash,
             n_pages=document.n_pages,
             complete=False,
@@ -301,8 +334,11 @@ class Indexer:
         )
         return DocState(opener, record, last_page=max(stored, default=0))
 
-    def stream(self, states: list[DocState], report: AddReport) -> Iterator[tuple[DocState, Page]]:
-        """Pages of every planned document, rendered lazily, from each one's resume point.
+    def stream(
+        self, states: Iterable[DocState], report: AddReport
+    ) -> Iterator[tuple[DocState, Page | None]]:
+        """Pages of every planned document, rendered lazily, from each one's resume point, and
+        ``(state, None)`` once a document has handed out all its pages.
 
         Documents are opened one at a time; a page that fails to render is reported and the
         document's later pages still get indexed."""
@@ -325,6 +361,7 @@ class Indexer:
                     yield state, page
             finally:
                 document.close()
+            yield state, None
 
     def commit(
         self,
@@ -338,16 +375,15 @@ class Indexer:
             return
         pages = [page for _, page in batch]
         texts = page_texts(pages, page_ocr, report)
-        encodings, compressed = self.encode(pages, [t.text for t in texts])
-        usable = [i for i, e in enumerate(encodings) if e.n_tokens > 0]
-        for i in sorted(set(range(len(pages))) - set(usable)):
-            report.fail(pages[i].source, self.no_tokens_reason(), pages[i].page_no)
-        records = [
-            self.page_record(
-                pages[i], encodings[i], c, metadata=batch[i][0].record.metadata, text=texts[i]
+        records = []
+        for i, encoding, packed in self.encode_guarded(batch, [t.text for t in texts], report):
+            if packed is None:
+                report.fail(_where(pages[i]), self.no_tokens_reason(), pages[i].page_no)
+                continue
+            metadata = batch[i][0].record.metadata
+            records.append(
+                self.page_record(pages[i], encoding, packed, metadata=metadata, text=texts[i])
             )
-            for i, c in zip(usable, compressed, strict=True)
-        ]
         touched: dict[str, DocState] = {}
         for state, page in batch:
             state.last_page = page.page_no
@@ -357,6 +393,56 @@ class Indexer:
         self.store.add(records, documents=[s.record for s in touched.values()])
         report.pages_indexed += len(records)
         bar.advance(len(batch))
+
+    def encode_guarded(
+        self, batch: list[tuple[DocState, Page]], texts: list[str | None], report: AddReport
+    ) -> list[tuple[int, PageEncoding, CompressedPage | None]]:
+        """Encode and compress a batch: ``(position, encoding, compressed or None when the page
+        has no visual tokens)``. When the batch fails, its pages are retried one at a time, so a
+        page the encoder refuses is reported (file, page, reason) and the others are indexed."""
+        self._encoder(), self._compressor()  # a model or config problem is no page's fault
+        pages = [page for _, page in batch]
+        try:
+            return _paired(range(len(pages)), *self.encode(pages, texts))
+        except EncoderLoadError:  # the model itself is unusable: no page can be encoded
+            raise
+        except Exception as error:  # a model or processor error caused by some page's content
+            if len(pages) == 1:
+                self._encode_failed(batch[0], error, report)
+                return []
+        done: list[tuple[int, PageEncoding, CompressedPage | None]] = []
+        for i, (state, page) in enumerate(batch):
+            try:
+                done.extend(_paired([i], *self.encode([page], texts[i : i + 1])))
+            except EncoderLoadError:
+                raise
+            except Exception as error:
+                self._encode_failed((state, page), error, report)
+        return done
+
+    @staticmethod
+    def _encode_failed(item: tuple[DocState, Page], error: Exception, report: AddReport) -> None:
+        state, page = item
+        log.debug("encoding %s page %d failed", _where(page), page.page_no, exc_info=error)
+        reason = f"the encoder cannot process this page ({type(error).__name__}: {error})"
+        report.fail(_where(page), reason, page.page_no)
+        state.failed_pages.append(page.page_no)
+
+    def retire_old_versions(self, doc_id: str, source: str | None, report: AddReport) -> None:
+        """Delete the other documents indexed from the same source file (its older versions)."""
+        if source is None:
+            return
+        if self._sources is None:  # one pass over the store per `add`, then kept up to date
+            self._sources = {}
+            for doc in self.store.documents():
+                if doc.source is not None:
+                    self._sources.setdefault(doc.source, set()).add(doc.doc_id)
+        versions = self._sources.setdefault(source, set())
+        for old in sorted(versions - {doc_id}):
+            self.delete_document(old)
+            report.documents_replaced.append(old)
+        versions.intersection_update({doc_id})
+        versions.add(doc_id)
 
     def finish(self, states: list[DocState], report: AddReport) -> None:
         """Mark finished documents and retire older versions of the same source files."""
@@ -372,10 +458,7 @@ class Indexer:
             if not record.complete:
                 continue
             report.documents_indexed.append(record.doc_id)
-            for old in self.store.documents():
-                if old.source == record.source and old.doc_id != record.doc_id:
-                    self.delete_document(old.doc_id)
-                    report.documents_replaced.append(old.doc_id)
+            self.retire_old_versions(record.doc_id, record.source, report)
 
     # ----------------------------------------------------------------- pages with their own ids
     def upsert(self, pages: list[Page], ids: list[str], metas: list[dict[str, Any]]) -> list[str]:
@@ -421,8 +504,8 @@ class Indexer:
         )
         metadata = {**metadata, "n_tokens": encoding.n_tokens}
         if page.source:
-            metadata["source"] = str(Path(page.source).resolve())
-            metadata["filename"] = Path(page.source).name
+            metadata["source"] = _source(page.source)
+            metadata["filename"] = display_path(Path(page.source).name)
         if text is None:
             text = PageText(page.text or None, "layer" if page.text else "none")
         metadata["text_source"] = text.source
@@ -435,6 +518,30 @@ class Indexer:
             image_ref=image_ref,
             text=text.text,
         )
+
+
+def _paired(
+    positions: Iterable[int], encodings: list[PageEncoding], compressed: list[CompressedPage]
+) -> list[tuple[int, PageEncoding, CompressedPage | None]]:
+    """Encodings with their compressed pages (given only for pages that have visual tokens)."""
+    packed = iter(compressed)
+    return [
+        (i, e, next(packed) if e.n_tokens > 0 else None)
+        for i, e in zip(positions, encodings, strict=True)
+    ]
+
+
+def _source(path: Any) -> str | None:
+    """A source file as stored: absolute, and safe to store whatever bytes its name has."""
+    return display_path(Path(path).resolve()) if path else None
+
+
+def _where(page: Page) -> str:
+    return display_path(page.source) if page.source else page.doc_id
+
+
+def _todo(state: DocState) -> int:
+    return max((state.record.n_pages or 0) - state.last_page, 0)
 
 
 def page_texts(pages: list[Page], page_ocr: PageOcr, report: AddReport) -> list[PageText]:
