@@ -1,15 +1,17 @@
 """Render a parsed filter (`filters.parse_filter`) as a SQLite WHERE clause over the pages table.
 
-Metadata fields are looked up with ``json_each`` over the page's JSON metadata, matching the
-decoded key, so any key (non-ASCII, quotes, backslashes, newlines, dots) is found exactly; a JSON
-path would need quoting that SQLite does not provide. `$in` lists are bound as one JSON array
-(``IN (SELECT value FROM json_each(?))``) and long `$and`/`$or` lists are joined as a balanced
-tree, so neither runs into SQLite's expression depth limit.
+A metadata key of printable ASCII without quote or backslash is read through a JSON path (fast);
+any other key (non-ASCII, quotes, backslashes, control characters) through ``json_each`` over the
+page's metadata, matching the decoded key: a JSON path would have to spell such a key as the
+escaped text stored in the JSON, which SQLite versions do not treat alike. `$in` lists are bound
+as one JSON array (``IN (SELECT value FROM json_each(?))``) and long `$and`/`$or` lists are joined
+as a balanced tree, so neither runs into SQLite's expression depth limit.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from vrag_compress.store.filters import BUILTIN_COLUMNS, AllOf, AnyOf, Condition, Node
@@ -42,7 +44,7 @@ def _join(parts: list[Sql], op: str) -> Sql:
 
 
 def _negate(sql: Sql) -> Sql:
-    return f"NOT ({sql[0]})", sql[1]
+    return f"NOT coalesce(({sql[0]}), 0)", sql[1]
 
 
 def _kind(value: Any) -> str:
@@ -54,59 +56,75 @@ def _kind(value: Any) -> str:
 # ----------------------------------------------------------------------------- metadata
 
 
-def _member(key: str, predicate: str, params: list[Any]) -> Sql:
-    """Whether the metadata has ``key`` with a value that satisfies ``predicate`` (on m)."""
-    sql = f"EXISTS (SELECT 1 FROM json_each(pages.metadata) AS m WHERE m.key = ? AND {predicate})"
-    return sql, [key, *params]
+@dataclass(frozen=True)
+class _Member:
+    """How SQL reaches one metadata key: its JSON type and value expressions (``t``, ``v``).
+
+    A plain key (printable ASCII without quote or backslash, stored unescaped) is read with a JSON
+    path, the fast way; any other key through ``json_each``, which compares decoded keys."""
+
+    key: str
+
+    @property
+    def plain(self) -> bool:
+        return json.dumps(self.key) == f'"{self.key}"' and self.key.isprintable()
+
+    def test(self, predicate: str, params: list[Any]) -> Sql:
+        """Whether the key is present with a value satisfying ``predicate`` (over {t}, {v})."""
+        if self.plain:
+            path = "'$.\"" + self.key.replace("'", "''") + "\"'"
+            t, v = f"json_type(pages.metadata, {path})", f"json_extract(pages.metadata, {path})"
+            return f"coalesce(({predicate.format(t=t, v=v)}), 0)", params
+        where = predicate.format(t="m.type", v="m.value")
+        sql = f"EXISTS (SELECT 1 FROM json_each(pages.metadata) AS m WHERE m.key = ? AND {where})"
+        return sql, [self.key, *params]
 
 
 def _type_guard(kind: str) -> str:
-    return {"text": "m.type = 'text'", "number": "m.type IN ('integer', 'real')"}[kind]
+    return {"text": "{t} = 'text'", "number": "{t} IN ('integer', 'real')"}[kind]
 
 
 def _value_test(value: Any, op: str) -> tuple[str, list[Any]]:
-    """A predicate on member m: the value has the operand's JSON type and compares true."""
+    """A predicate: the value has the operand's JSON type and compares true."""
     if isinstance(value, bool):
-        return f"m.type = '{'true' if value else 'false'}'", []
-    return f"{_type_guard(_kind(value))} AND m.value {_COMPARE[op]} ?", [value]
-
-
-def _missing_or_null(key: str) -> Sql:
-    return _negate(_member(key, "m.type != 'null'", []))
+        return "{t} = '" + ("true" if value else "false") + "'", []
+    return f"{_type_guard(_kind(value))} AND {{v}} {_COMPARE[op]} ?", [value]
 
 
 def _metadata(cond: Condition) -> Sql:
-    key, op, value = cond.field, cond.op, cond.value
+    member, op, value = _Member(cond.field), cond.op, cond.value
     if op == "$exists":
-        present = _member(key, "1", [])
+        present = member.test("{t} IS NOT NULL", [])
         return present if value else _negate(present)
     if op in ("$eq", "$ne"):
-        if value is None:
-            match = _missing_or_null(key)
-        else:
-            match = _member(key, *_value_test(value, "$eq"))
+        match = (
+            _missing_or_null(member) if value is None else member.test(*_value_test(value, "$eq"))
+        )
         return match if op == "$eq" else _negate(match)
     if op in ("$in", "$nin"):
-        match = _metadata_in(key, value)
+        match = _metadata_in(member, value)
         return match if op == "$in" else _negate(match)
-    return _member(key, *_value_test(value, op))  # a range
+    return member.test(*_value_test(value, op))  # a range
 
 
-def _metadata_in(key: str, values: tuple[Any, ...]) -> Sql:
+def _missing_or_null(member: _Member) -> Sql:
+    return _negate(member.test("{t} != 'null'", []))
+
+
+def _metadata_in(member: _Member, values: tuple[Any, ...]) -> Sql:
     tests: list[str] = []
     params: list[Any] = []
     for kind in ("text", "number"):
         same = [v for v in values if v is not None and _kind(v) == kind]
         if same:
-            guard = _type_guard(kind)
-            tests.append(f"({guard} AND m.value IN (SELECT value FROM json_each(?)))")
+            tests.append(f"({_type_guard(kind)} AND {{v}} IN (SELECT value FROM json_each(?)))")
             params.append(json.dumps(same))
     bools = sorted({str(v).lower() for v in values if isinstance(v, bool)})
     if bools:
-        tests.append("m.type IN (" + ", ".join(f"'{b}'" for b in bools) + ")")
-    parts = [_member(key, "(" + " OR ".join(tests) + ")", params)] if tests else []
+        tests.append("{t} IN (" + ", ".join(f"'{b}'" for b in bools) + ")")
+    parts = [member.test("(" + " OR ".join(tests) + ")", params)] if tests else []
     if any(v is None for v in values):
-        parts.append(_missing_or_null(key))
+        parts.append(_missing_or_null(member))
     return _join(parts, "OR") if parts else _FALSE
 
 
