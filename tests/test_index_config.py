@@ -59,3 +59,26 @@ def test_candidate_index_codes_are_typed_and_checked():
     assert "codes" not in config.extra
     with pytest.raises(IndexConfigError, match="codes"):
         IndexConfig.from_dict({**LEGACY, "codes": "3bit"})
+
+
+class NamedOnly:
+    """An encoder as far as `create` needs one (no pages are added)."""
+
+    model_id, dim, n_layers = "some/model", 8, 2
+
+
+def test_an_index_from_a_newer_version_is_refused_and_left_unlocked(tmp_path):
+    from vrag_compress import VisualIndex
+    from vrag_compress.store.open import open_store
+
+    path = tmp_path / "i"
+    with VisualIndex.create(path, encoder=NamedOnly(), compressor="random") as index:
+        assert index.store.config["config_version"] == CONFIG_VERSION
+        assert index.config == IndexConfig.from_dict(index.store.config)
+        index.store.update_config(config_version=CONFIG_VERSION + 1)
+    with pytest.raises(IndexConfigError, match="upgrade vrag_compress"):
+        VisualIndex.open(path)
+    with open_store(path) as store:  # the refused open released the writer lock
+        store.update_config(config_version=CONFIG_VERSION)
+    with VisualIndex.open(path) as index:
+        assert (index.config.model_id, index.config.compressor) == ("some/model", "random")

@@ -89,7 +89,7 @@ def build_index(path: Path, pages: int, tokens: int, model: str, seed: int) -> N
 
     rng = np.random.default_rng(seed)
     with VisualIndex.create(path, model=model, compressor="identity") as index:
-        dim = int(index.store.config["dim"])
+        dim = index.config.dim
         for start in range(0, pages, 256):
             count = min(256, pages - start)
             vectors = clustered_pages(count, tokens, dim, seed=seed + start)
