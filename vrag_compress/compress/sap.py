@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -23,7 +23,6 @@ from vrag_compress.compress.profiles import (
     CalibrationProfile,
     UncalibratedWindowWarning,
     fallback_window,
-    resolve_profile,
 )
 from vrag_compress.encoders.base import PageEncoding
 
@@ -70,20 +69,14 @@ class SAPCompressor(BaseCompressor):
         profile: str | Path | dict | CalibrationProfile | None = None,
         n_layers: int | None = None,
     ) -> SAPCompressor:
-        """Build from explicit layers or a profile (a profile fixes both window and layer count)."""
-        if profile is not None:
-            prof = resolve_profile(profile)
-            if layers is not None and tuple(layers) != prof.window:
-                raise CompressionError(
-                    f"sap: layers {list(layers)} disagree with the profile window "
-                    f"{list(prof.window)}; pass one of them"
-                )
-            if n_layers is not None and n_layers != prof.n_layers:
-                raise CompressionError(
-                    f"sap: n_layers={n_layers} disagrees with the profile ({prof.n_layers})"
-                )
-            return cls(ratio=ratio, layers=prof.window, n_layers=prof.n_layers)
-        return cls(ratio=ratio, layers=None if layers is None else tuple(layers), n_layers=n_layers)
+        """Build from explicit layers or a profile; the same as ``get_compressor(cls.name, ...)``
+        (a profile fixes both window and layer count)."""
+        from vrag_compress.compress.registry import get_compressor  # the registry imports SAP
+
+        built = get_compressor(
+            cls.name, ratio=ratio, layers=layers, profile=profile, n_layers=n_layers
+        )
+        return cast(SAPCompressor, built)
 
     def window_for(self, n_layers: int) -> tuple[int, ...]:
         """The layer window used on a page with ``n_layers`` decoder layers (validated)."""
