@@ -96,6 +96,7 @@ def test_bad_index_options_exit_2_before_creating(docs: Path, tmp_path: Path, ar
     [
         ("search", "{index}", "q", "-k", "0"),
         ("search", "{index}", "q", "--mode", "fast"),
+        ("search", "{index}", "  "),
         ("ask", "{index}", "q", "-k", "0"),
         ("show", "{index}", "scotus.pdf", "0"),
     ],

@@ -132,3 +132,10 @@ def test_text_encoders_refuse_images_and_empty_queries(encoder: PageTextEncoder)
         encoder.encode_pages([Image.new("RGB", (8, 8))])
     with pytest.raises(EncoderInputError, match="empty"):
         encoder.encode_queries(["  "])
+
+
+def test_an_empty_query_is_refused(sap_index) -> None:  # noqa: ANN001
+    index, _ = sap_index
+    for query in ("", "   "):
+        with pytest.raises(ValueError, match="empty query"):
+            index.search(query)

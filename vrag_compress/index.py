@@ -306,7 +306,11 @@ class VisualIndex:
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
     ) -> list[Hit]:
-        """Top-k pages by exact MaxSim of the query against the compressed page vectors."""
+        """Top-k pages by exact MaxSim of the query against the compressed page vectors.
+
+        An empty (or whitespace-only) query raises `ValueError`, as in every integration."""
+        if isinstance(query, str) and not query.strip():
+            raise ValueError("empty query: give the words or question to search for")
         vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
         results = self.store.search(vectors, k, filter=filter, mode=mode)
         hits = [self._hit(r) for r in results]

@@ -359,6 +359,8 @@ def search(
 ) -> None:
     """Search an index; prints the best pages: score, file, page and a snippet of the text."""
     check_choice(mode, SEARCH_MODES, "--mode")
+    if not query.strip():
+        raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:

@@ -37,7 +37,7 @@ class CompressedColPaliRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     index: VisualIndex
-    k: int = Field(default=4, ge=1)
+    k: int = Field(default=5, ge=1)
     filter: dict[str, Any] | None = None
     include_image_base64: bool = False
     image_format: str = "jpeg"

@@ -187,6 +187,8 @@ class VragVectorStore(VectorStore):
         ]
 
     def _embed_query(self, query: str) -> np.ndarray:
+        if not query.strip():
+            raise VragStoreError("empty query: give the words or question to search for")
         if self._embedding is not None:
             return _unit_rows(self._embedding.embed_query(query), f"query {query!r}")
         return self.index.encoder.encode_queries([query])[0]
@@ -287,12 +289,12 @@ class VragVectorStore(VectorStore):
         return [(self._document(h, with_score=False), h.score) for h in hits]
 
     def similarity_search(
-        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+        self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
         return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
 
     def similarity_search_with_score(
-        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+        self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
         """Top-k entries with their MaxSim score (a sum over query tokens), best first."""
         return self._search_vectors(self._embed_query(query), k, filter)
@@ -300,7 +302,7 @@ class VragVectorStore(VectorStore):
     def similarity_search_by_vector(
         self,
         embedding: list[float] | np.ndarray,
-        k: int = 4,
+        k: int = 5,
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
@@ -309,7 +311,7 @@ class VragVectorStore(VectorStore):
         return [doc for doc, _ in self._search_vectors(vectors, k, filter)]
 
     def _similarity_search_with_relevance_scores(
-        self, query: str, k: int = 4, **kwargs: Any
+        self, query: str, k: int = 5, **kwargs: Any
     ) -> list[tuple[Document, float]]:
         """Relevance in [0, 1]: the MaxSim score averaged over query tokens, mapped from [-1, 1]."""
         vectors = self._embed_query(query)
@@ -319,7 +321,7 @@ class VragVectorStore(VectorStore):
     def max_marginal_relevance_search(
         self,
         query: str,
-        k: int = 4,
+        k: int = 5,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
         filter: dict[str, Any] | None = None,
@@ -339,7 +341,7 @@ class VragVectorStore(VectorStore):
     def max_marginal_relevance_search_by_vector(
         self,
         embedding: list[float] | np.ndarray,
-        k: int = 4,
+        k: int = 5,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
         filter: dict[str, Any] | None = None,

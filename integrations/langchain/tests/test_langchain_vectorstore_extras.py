@@ -83,3 +83,19 @@ def test_model_and_embedding_together_are_refused(tmp_path: Path) -> None:
         VragVectorStore(model="minilm", embedding=DeterministicFakeEmbedding(size=8))
     with pytest.raises(VragStoreError, match="model="):
         VragVectorStore()
+
+
+def test_one_vocabulary_with_the_other_front_ends(duplicate_store: VragVectorStore) -> None:
+    """k defaults to 5 as in `vrag search`, VisualIndex.search and LlamaIndex; an empty query
+    raises ValueError everywhere; pages carry page_no (and LangChain's usual page)."""
+    from langchain_vrag_compress import CompressedColPaliRetriever
+
+    retriever = CompressedColPaliRetriever(index=duplicate_store.index)
+    assert retriever.k == 5
+    assert len(duplicate_store.similarity_search("firearm")) == 4  # all 4 pages (k=5)
+    with pytest.raises(ValueError, match="empty query"):
+        retriever.invoke("  ")
+    with pytest.raises(ValueError, match="empty query"):
+        duplicate_store.similarity_search("")
+    doc = retriever.invoke(QUERY)[0]
+    assert doc.metadata["page_no"] == doc.metadata["page"] == 1

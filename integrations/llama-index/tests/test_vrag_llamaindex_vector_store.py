@@ -239,3 +239,15 @@ def test_llamaindex_naming_conventions_import_the_same_classes():
 
     assert Store is main.VragVectorStore and Embedding is main.StoreSideEmbedding
     assert PDFPageReader is main.PDFPageReader and PageImageNodeParser is main.PageImageNodeParser
+
+
+def test_one_vocabulary_with_the_other_front_ends(index, store):
+    """similarity_top_k defaults to 5 as everywhere; an empty query raises ValueError; nodes
+    carry page_no."""
+    from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+
+    retriever = CompressedColPaliRetriever(store)
+    assert retriever.similarity_top_k == 5
+    with pytest.raises(ValueError, match="empty"):
+        retriever.retrieve("  ")
+    assert retriever.retrieve("apollo moon")[0].node.metadata["page_no"] == 1
