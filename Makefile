@@ -9,7 +9,7 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test lint system-deps
+.PHONY: install demo test test-fast lint system-deps
 
 # Debian packages the demo and tests need (tools/system-packages.txt): installed with apt-get as
 # root or with sudo; otherwise the exact install command is printed and make stops.
@@ -30,9 +30,19 @@ demo: install
 	$(BIN)/vrag index $(DOCS) --index $(INDEX) --model $(MODEL)
 	$(BIN)/vrag search $(INDEX) "$(QUERY)" -k 5
 
-lint: install
-	$(BIN)/ruff check vrag_compress tests examples
-	for pkg in $(INTEGRATIONS); do (cd $$pkg && ../../$(BIN)/ruff check .) || exit 1; done
+PY_DIRS := vrag_compress tests examples tools
 
+lint: install
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
+	for pkg in $(INTEGRATIONS); do \
+		(cd $$pkg && ../../$(BIN)/ruff check . && ../../$(BIN)/ruff format --check .) || exit 1; \
+	done
+
+# The CI command: lint, then every test (the slow end-to-end ones included).
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The quick loop while changing code: lint, then the suite without the tests marked `slow`.
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow"

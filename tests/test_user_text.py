@@ -1,0 +1,57 @@
+"""Text users read (docs, READMEs, every command's --help, log warnings) names no internal
+document: a user has no "SPEC §4" or "the issue" to look up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import typer
+
+import vrag_compress.cli  # noqa: F401  (registers the commands)
+from vrag_compress.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERNAL = re.compile(r"SPEC\.md|SPEC §|§\s*\d|\bthe issue\b|\bissue's\b|\bissue \d+", re.I)
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "integrations").glob("*/README.md")),
+]
+
+
+def _helps(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    found = [(ctx.command_path, command.get_help(ctx))]
+    for name, sub in getattr(command, "commands", {}).items():  # a group's subcommands
+        found += _helps(sub, click.Context(sub, info_name=name, parent=ctx))
+    return found
+
+
+def test_docs_name_no_internal_documents():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in DOCS
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if INTERNAL.search(line)
+    ]
+    assert offenders == []
+
+
+def test_command_help_names_no_internal_documents():
+    root = typer.main.get_command(app)
+    helps = _helps(root, click.Context(root, info_name="vrag"))
+    assert len(helps) > 15  # every command and group was reached
+    offenders = [path for path, text in helps if INTERNAL.search(text)]
+    assert offenders == []
+
+
+def test_warnings_and_errors_name_no_internal_documents():
+    """String literals next to a warning or an exception in the package."""
+    pattern = re.compile(r"(warn|warning|Error|raise)[^\n]*\n?[^\n]*(\bSPEC\b|§)")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "vrag_compress").rglob("*.py"))
+        if pattern.search(path.read_text())
+    ]
+    assert offenders == []
