@@ -15,6 +15,7 @@ _EXPORTS = {
     # the front door
     "VisualIndex": "vrag_compress.index",
     "Hit": "vrag_compress.index",
+    "SearchMode": "vrag_compress.store.base",
     "AddReport": "vrag_compress.index",
     "VisualIndexError": "vrag_compress.index",
     "ModelMismatchError": "vrag_compress.index",
@@ -75,11 +76,13 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
     )
     from vrag_compress.page_assets import image_base64
     from vrag_compress.scoring import maxsim
+    from vrag_compress.store.base import SearchMode
 
 __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "__version__",
     "VisualIndex",
     "Hit",
+    "SearchMode",
     "AddReport",
     "VisualIndexError",
     "ModelMismatchError",

@@ -13,6 +13,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 class DatasetError(ValueError):
@@ -50,7 +51,7 @@ class BeirDataset:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     root: Path | None = None
-    images: dict[str, object] = field(default_factory=dict)  # doc id -> PIL image (HF datasets)
+    images: dict[str, Any] = field(default_factory=dict)  # doc id -> PIL image (HF datasets)
 
     @property
     def doc_ids(self) -> list[str]:

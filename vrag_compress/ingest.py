@@ -392,7 +392,7 @@ def content_hash(path: str | Path) -> str:
 
 
 def find_documents(
-    paths: Iterable[str | Path], *, recursive: bool = True
+    paths: Iterable[str | Path] | str | Path, *, recursive: bool = True
 ) -> tuple[list[Path], list[IngestError]]:
     """Expand files and folders into a sorted, de-duplicated list of supported files.
 
@@ -402,7 +402,10 @@ def find_documents(
     found: list[Path] = []
     errors: list[IngestError] = []
     for item in iter_documents(paths, recursive=recursive):
-        (errors if isinstance(item, IngestError) else found).append(item)
+        if isinstance(item, IngestError):
+            errors.append(item)
+        else:
+            found.append(item)
     return found, errors
 
 

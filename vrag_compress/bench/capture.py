@@ -64,7 +64,8 @@ def bench_capture(
         task = progress.add_task("capture modes", total=len(MODES))
         for mode in MODES:
             progress.update(task, description=f"mode {mode}")
-            if mode == "naive" and _naive_bytes(results["plain"]) > naive_limit_gb * 2**30:
+            plain = results["plain"]
+            if mode == "naive" and plain and _naive_bytes(plain) > naive_limit_gb * 2**30:
                 results[mode] = None
             else:
                 results[mode] = _run_child(mode, spec)

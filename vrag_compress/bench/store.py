@@ -263,7 +263,7 @@ def _generate(
             n = min(batch, pages - start)
             width = tokens_full if keep_full else min(tokens_full, k + query_tokens)
             chunk = clustered_pages(n, width, dim, seed=seed + start, centres=centres)
-            if keep_full:
+            if full is not None:
                 full[start : start + n] = chunk
                 kept = np.sort(rng.random((n, tokens_full)).argsort(axis=1)[:, :k], axis=1)
                 chunk_c = np.take_along_axis(chunk, kept[:, :, None], axis=1)
@@ -338,7 +338,7 @@ def _run(
     config = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
     # one segment in page order: the search matrix can then be the memory map itself (no copy);
     # the candidate index is trained once after the adds (timed as build_s), not while adding
-    options = {
+    options: dict[str, Any] = {
         "candidates_per_token": candidates_per_token,
         "nprobe": nprobe,
         "segment_max_bytes": 1 << 40,

@@ -62,11 +62,18 @@ class PageEncoding:
 
 @runtime_checkable
 class Encoder(Protocol):
-    """Turns page images into `PageEncoding`s and queries into [M, D] multi-vectors."""
+    """Turns page images into `PageEncoding`s and queries into [M, D] multi-vectors.
 
-    model_id: str
-    dim: int
-    n_layers: int
+    The three attributes are only read: plain attributes or properties both satisfy them."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def n_layers(self) -> int: ...
 
     def encode_pages(
         self, images: list[Image.Image], *, with_stats: bool = False

@@ -256,7 +256,7 @@ def _add_pages(app: FastAPI) -> None:
 
 def _swagger_folder() -> Path | None:
     try:
-        import swagger_ui_bundle  # type: ignore[import-untyped]
+        import swagger_ui_bundle
     except ImportError:
         return None
     return Path(swagger_ui_bundle.swagger_ui_path)

@@ -96,7 +96,7 @@ def one_blas_thread() -> Any:
     waking threads costs more than it saves (5 ms against 36 ms for 300 pages, measured on a
     loaded 2-core machine)."""
     global _BLAS
-    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+    from threadpoolctl import ThreadpoolController
 
     if _BLAS is None:
         _BLAS = ThreadpoolController()

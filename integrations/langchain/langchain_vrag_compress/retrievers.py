@@ -13,7 +13,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field
-from vrag_compress import Encoder, VisualIndex
+from vrag_compress import Encoder, SearchMode, VisualIndex
 
 from langchain_vrag_compress._documents import hit_to_document
 
@@ -42,7 +42,7 @@ class CompressedColPaliRetriever(BaseRetriever):
     include_image_base64: bool = False
     image_format: str = "jpeg"
     image_max_side: int | None = 1024
-    search_mode: str = "auto"
+    search_mode: SearchMode = "auto"
 
     @classmethod
     def from_path(

@@ -24,6 +24,7 @@ from vrag_compress import (
     Hit,
     Page,
     PageEncoding,
+    SearchMode,
     VisualIndex,
     VisualIndexError,
     get_compressor,
@@ -119,7 +120,7 @@ class VragVectorStore(VectorStore):
         include_image_base64: bool = False,
         image_format: str = "jpeg",
         image_max_side: int | None = 1024,
-        search_mode: str = "auto",
+        search_mode: SearchMode = "auto",
     ) -> None:
         self._embedding = embedding
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -199,48 +200,48 @@ class VragVectorStore(VectorStore):
         texts: Iterable[str],
         metadatas: list[dict] | None = None,
         *,
-        ids: list[str | None] | None = None,
+        ids: Sequence[str | None] | None = None,
         **kwargs: Any,
     ) -> list[str]:
         """Embed and store texts; returns their ids (given ones kept, missing ones generated)."""
         texts = list(texts)
         metadatas = _per_item(metadatas, len(texts), "metadatas")
-        ids = _ids(ids, len(texts))
+        entry_ids = _ids(ids, len(texts))
         if not texts:
             return []
         self.index.upsert_vectors(
             self._embed_texts(texts),
-            page_ids=ids,
-            doc_ids=[entry_doc_id(i) for i in ids],
+            page_ids=entry_ids,
+            doc_ids=[entry_doc_id(i) for i in entry_ids],
             metadata=[{**m, KIND_KEY: TEXT_KIND} for m in metadatas],
             texts=texts,
         )
-        return ids
+        return entry_ids
 
     def add_images(
         self,
         uris: Sequence[ImageInput],
         metadatas: list[dict] | None = None,
         *,
-        ids: list[str | None] | None = None,
+        ids: Sequence[str | None] | None = None,
         **kwargs: Any,
     ) -> list[str]:
         """Encode page images (files or PIL images) with the index's Col* model and store them."""
         uris = list(uris)
         metadatas = _per_item(metadatas, len(uris), "metadatas")
-        ids = _ids(ids, len(uris))
+        entry_ids = _ids(ids, len(uris))
         images = [_load_image(u) for u in uris]  # every input is checked before any write
         pages = [
             Page(entry_doc_id(i), 1, image, None, None)  # type: ignore[arg-type]
-            for i, image in zip(ids, images, strict=True)
+            for i, image in zip(entry_ids, images, strict=True)
         ]
         # the file path goes into the metadata as given (a Page `source` would be resolved)
         metadata = [{**m, **_file_metadata(u)} for u, m in zip(uris, metadatas, strict=True)]
         try:
-            self.index.upsert_pages(pages, page_ids=ids, metadata=metadata)
+            self.index.upsert_pages(pages, page_ids=entry_ids, metadata=metadata)
         except VisualIndexError as error:  # e.g. an image without visual tokens
             raise VragStoreError(str(error)) from error
-        return ids
+        return entry_ids
 
     def add_files(
         self, paths: str | Path | Sequence[str | Path], metadata: dict[str, Any] | None = None
@@ -419,7 +420,7 @@ def _per_item(metadatas: list[dict] | None, n: int, what: str) -> list[dict]:
     return [dict(m or {}) for m in metadatas]
 
 
-def _ids(ids: list[str | None] | None, n: int) -> list[str]:
+def _ids(ids: Sequence[str | None] | None, n: int) -> list[str]:
     """The given ids, with missing ones (None) replaced by fresh UUIDs."""
     if ids is None:
         return [str(uuid.uuid4()) for _ in range(n)]

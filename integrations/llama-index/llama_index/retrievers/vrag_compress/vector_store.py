@@ -40,7 +40,12 @@ from llama_index.retrievers.vrag_compress.filters import (
     merge_filters,
     to_store_filter,
 )
-from llama_index.retrievers.vrag_compress.nodes import check_image_mode, hit_to_node, node_image
+from llama_index.retrievers.vrag_compress.nodes import (
+    ImageMode,
+    check_image_mode,
+    hit_to_node,
+    node_image,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +113,9 @@ class VragVectorStore(BasePydanticVectorStore):
     is_embedding_query: bool = False
     flat_metadata: bool = False
     path: str = Field(description="The VisualIndex folder.")
-    image_mode: str = Field(default="path", description="How query results carry page images.")
+    image_mode: ImageMode = Field(
+        default="path", description="How query results carry page images."
+    )
     show_progress: bool = Field(default=False, description="Progress bar while pages encode.")
 
     _index: VisualIndex = PrivateAttr()
@@ -119,7 +126,10 @@ class VragVectorStore(BasePydanticVectorStore):
                 f"index must be a VisualIndex, got {type(index).__name__}; "
                 "use VragVectorStore.from_path(folder) to open or create one"
             )
-        super().__init__(path=str(index.path), image_mode=check_image_mode(image_mode), **kwargs)
+        # pydantic sets this class's own fields through the base __init__
+        super().__init__(  # type: ignore[call-arg]
+            path=str(index.path), image_mode=check_image_mode(image_mode), **kwargs
+        )
         self._index = index
 
     @classmethod
@@ -278,7 +288,7 @@ class VragVectorStore(BasePydanticVectorStore):
         where = merge_filters(to_store_filter(query.filters), doc_filter)
         hits = self._index.search(query.query_str, k=query.similarity_top_k, filter=where)
         return VectorStoreQueryResult(
-            nodes=[hit_to_node(h, self.image_mode) for h in hits],  # type: ignore[arg-type]
+            nodes=[hit_to_node(h, self.image_mode) for h in hits],
             similarities=[h.score for h in hits],
             ids=[h.page_id for h in hits],
         )
