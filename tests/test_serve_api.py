@@ -30,6 +30,7 @@ def pdfs(shared_data: Path) -> dict[str, Path]:
         "scotus": shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf",
         "multi": shared_data / "pdfs" / "edge" / "multi_page.pdf",
         "big": shared_data / "pdfs" / "edge" / "base64image.pdf",
+        "small": shared_data / "pdfs" / "gov" / "senate-expenditures.pdf",
     }
 
 
@@ -156,6 +157,7 @@ def test_upload_indexes_in_the_background_and_delete_removes_it(index_dir, pdfs)
             "/api/documents", files={"file": ("copy.pdf", upload.read_bytes())}, headers=AUTH
         )
         assert wait_for(client, again.json()["job"])["pages_done"] == 5  # unchanged: skipped
+        assert not (index_dir / "uploads" / again.json()["job"]).exists()  # the copy is not kept
         deleted = client.delete(f"/api/documents/{doc_id}", headers=AUTH)
         assert deleted.json() == {"doc_id": doc_id, "pages_deleted": 5}
         assert not upload.parent.exists()
@@ -209,7 +211,7 @@ def test_uploads_are_limited_and_names_sanitised(index_dir, pdfs, tmp_path):
             files={
                 "file": (
                     "../../../etc/<img src=x onerror=alert(1)>.pdf",
-                    pdfs["scotus"].read_bytes(),
+                    pdfs["small"].read_bytes(),
                 )
             },
             headers=AUTH,
