@@ -209,10 +209,10 @@ class JobQueue:
         finally:
             job.pages_done = len(self.reader.store.page_ids(job.doc_id))
         job.failures = [_public_failure(f, job) for f in report.failures]
-        job.state = "failed" if report.failures and job.pages_done == 0 else "done"
         record = self.reader.store.document(job.doc_id)
         if job.doc_id in report.documents_skipped and record and record.source != str(job.path):
             self._remove_upload(job.path)  # the same content was indexed from another file
+        job.state = "failed" if report.failures and job.pages_done == 0 else "done"
 
 
 def _inspect(path: Path, name: str) -> tuple[str, int]:
