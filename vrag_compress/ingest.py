@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pypdfium2 as pdfium
@@ -80,7 +80,7 @@ _SIGNATURES = (
 class IngestError(Exception):
     """A file that cannot become pages; ``str()`` reads ``"<path>: <reason> (<how to fix>)"``."""
 
-    fix: ClassVar[str] = "check the file"
+    fix: str = "check the file"
 
     def __init__(self, path: str | Path, reason: str, fix: str | None = None) -> None:
         self.path = Path(path)
@@ -783,9 +783,9 @@ def _render_poppler(path: Path, page_no: int, dpi: float, password: str | None) 
     from pdf2image.exceptions import PDFInfoNotInstalledError
 
     try:
-        images = convert_from_path(
-            path, dpi=dpi, first_page=page_no, last_page=page_no, userpw=password
-        )
+        # a dict: pdf2image's hints say int/str, but it passes fractional DPIs and None on as given
+        options: dict[str, Any] = {"dpi": dpi, "userpw": password}
+        images = convert_from_path(path, first_page=page_no, last_page=page_no, **options)
     except PDFInfoNotInstalledError as exc:
         raise RendererUnavailableError(path, "poppler (pdfinfo/pdftoppm) is not installed") from exc
     except Exception as exc:  # pdf2image raises several unrelated types for poppler failures
