@@ -12,7 +12,7 @@ import numpy as np
 
 from vrag_compress.beir import DatasetError, load_beir, read_jsonl
 from vrag_compress.compress.base import CompressionError, budget
-from vrag_compress.compress.common import top_k_positions
+from vrag_compress.compress.common import page_stat, top_k_positions
 from vrag_compress.compress.profiles import (
     BUILTIN_PROFILES,
     CalibrationProfile,
@@ -54,11 +54,12 @@ def score_retention(query: np.ndarray, full: np.ndarray, kept_vectors: np.ndarra
 
 def _pair_curve(page: PageEncoding, query: np.ndarray, ratio: float) -> np.ndarray:
     """SR of one pair for every single-layer SAP window {l}: [L]."""
+    centrality = page_stat(page, "centrality")
     sim = np.asarray(query, dtype=np.float32) @ page.vectors.T  # [M, N]
     full = float(sim.max(axis=1).sum())
     if full == 0.0:
-        return np.ones(page.centrality.shape[0])
-    kept = top_k_positions(page.centrality.astype(np.float64), budget(page.n_tokens, ratio))
+        return np.ones(centrality.shape[0])
+    kept = top_k_positions(centrality.astype(np.float64), budget(page.n_tokens, ratio))
     kept_scores = sim[:, kept].max(axis=2).sum(axis=0)  # [L]
     return kept_scores.astype(np.float64) / full
 
@@ -76,19 +77,19 @@ def sr_curve(
         )
     if not encodings:
         raise CalibrationError("no calibration pairs; pass at least one (page, query) pair")
-    n_layers = None
-    total = None
+    n_layers: int | None = None
+    total = np.zeros(0)
     for i, (page, query) in enumerate(zip(encodings, query_vectors, strict=True)):
         _check_pair(i, page, query)
+        depth = page_stat(page, "centrality").shape[0]
         if n_layers is None:
-            n_layers = page.centrality.shape[0]
-        elif page.centrality.shape[0] != n_layers:
+            n_layers, total = depth, np.zeros(depth)
+        elif depth != n_layers:
             raise CalibrationError(
-                f"pair {i}: page has {page.centrality.shape[0]} layers, earlier pages {n_layers}; "
+                f"pair {i}: page has {depth} layers, earlier pages {n_layers}; "
                 "calibrate one model at a time"
             )
-        curve = _pair_curve(page, query, ratio)
-        total = curve if total is None else total + curve
+        total = total + _pair_curve(page, query, ratio)
     return total / len(encodings)
 
 
