@@ -17,6 +17,7 @@ from PIL import Image
 
 from vrag_compress.compress import compressor_for, get_compressor
 from vrag_compress.compress.base import Compressor
+from vrag_compress.defaults import DEFAULT_IMAGE_FORMAT, DEFAULT_IMAGE_MAX_SIDE
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
@@ -162,8 +163,8 @@ class VisualIndex:
         dpi: int = DEFAULT_DPI,
         renderer: str = DEFAULT_RENDERER,
         store_images: bool = True,
-        image_format: str = "webp",
-        image_max_side: int = 1280,
+        image_format: str = DEFAULT_IMAGE_FORMAT,
+        image_max_side: int = DEFAULT_IMAGE_MAX_SIDE,
         encoder: Encoder | None = None,
         store: str | None = None,
     ) -> VisualIndex:

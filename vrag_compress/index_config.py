@@ -2,7 +2,7 @@
 
 The store keeps the config as a JSON object; this module is the only code that turns it into
 values (`IndexConfig.from_dict`) or back (`IndexConfig.to_dict`). The defaults an index is created
-with (model, renderer, batch size, images; DPI comes from ingestion) are defined here once.
+with come from `vrag_compress.defaults`.
 """
 
 from __future__ import annotations
@@ -10,18 +10,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from vrag_compress.ingest import DEFAULT_DPI, RENDERERS
+from vrag_compress.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DPI,
+    DEFAULT_IMAGE_FORMAT,
+    DEFAULT_IMAGE_MAX_SIDE,
+    DEFAULT_METHOD,
+    DEFAULT_MODEL,
+    DEFAULT_RATIO,
+    DEFAULT_RENDERER,
+)
 from vrag_compress.store.centroids import CODES
 
 CONFIG_VERSION = 1
 """Bumped when the meaning of a key changes; older configs are still read (missing keys take the
-defaults below), newer ones are refused with an upgrade hint."""
+defaults), newer ones are refused with an upgrade hint."""
 
-DEFAULT_MODEL = "vidore/colqwen2-v1.0"
-DEFAULT_METHOD = "sap"
-DEFAULT_RATIO = 0.1
-DEFAULT_BATCH_SIZE = 4
-DEFAULT_RENDERER = RENDERERS[0]
+__all__ = [
+    "CONFIG_VERSION",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_DPI",
+    "DEFAULT_METHOD",
+    "DEFAULT_MODEL",
+    "DEFAULT_RATIO",
+    "DEFAULT_RENDERER",
+    "ImageOptions",
+    "IndexConfig",
+    "IndexConfigError",
+    "VisualIndexError",
+]
 
 
 class VisualIndexError(RuntimeError):
@@ -37,8 +54,8 @@ class ImageOptions:
     """Whether page images are stored in the index folder, in which format, at what size."""
 
     store: bool = True
-    format: str = "webp"
-    max_side: int = 1280
+    format: str = DEFAULT_IMAGE_FORMAT
+    max_side: int = DEFAULT_IMAGE_MAX_SIDE
 
     def to_dict(self) -> dict[str, Any]:
         return {"store": self.store, "format": self.format, "max_side": self.max_side}

@@ -33,6 +33,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vrag_compress.defaults import DEFAULT_DPI, DEFAULT_RENDERER, RENDERERS
 from vrag_compress.pdf_guard import PageBytes
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,6 @@ log = logging.getLogger(__name__)
 PDF_SUFFIXES = frozenset({".pdf"})
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"})
 SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
-RENDERERS = ("pypdfium2", "pdf2image")
-DEFAULT_DPI = 150
 # Pillow's own decompression-bomb warning threshold (about 9,459 x 9,459 pixels, ~270 MB as RGB).
 DEFAULT_MAX_PIXELS = 89_478_485
 DOC_ID_LENGTH = 16
@@ -478,7 +477,7 @@ def open_document(
     *,
     doc_id: str | None = None,
     dpi: float = DEFAULT_DPI,
-    renderer: str = "pypdfium2",
+    renderer: str = DEFAULT_RENDERER,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     password: str | None = None,
     text: bool = True,
@@ -524,7 +523,7 @@ def iter_pages(
     paths: Iterable[str | Path] | str | Path,
     *,
     dpi: float = DEFAULT_DPI,
-    renderer: str = "pypdfium2",
+    renderer: str = DEFAULT_RENDERER,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     password: str | None = None,
     text: bool = True,

@@ -20,6 +20,12 @@ import numpy as np
 from PIL import Image
 
 from vrag_compress.compress.base import CompressedPage
+from vrag_compress.defaults import (
+    DEFAULT_DPI,
+    DEFAULT_IMAGE_FORMAT,
+    DEFAULT_IMAGE_MAX_SIDE,
+    DEFAULT_RENDERER,
+)
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.ingest import page_id as default_page_id
 
@@ -76,11 +82,11 @@ class PageAssets:
         self,
         root: Path,
         store: bool = True,
-        format: str = "webp",
-        max_side: int = 1280,
+        format: str = DEFAULT_IMAGE_FORMAT,
+        max_side: int = DEFAULT_IMAGE_MAX_SIDE,
         quality: int = 80,
-        dpi: int = 150,
-        renderer: str = "pypdfium2",
+        dpi: int = DEFAULT_DPI,
+        renderer: str = DEFAULT_RENDERER,
     ) -> None:
         if format.lower() not in IMAGE_FORMATS:
             raise ValueError(
@@ -159,7 +165,7 @@ class PageAssets:
         """Remember which patches a page kept or merged, so they can be drawn later."""
         if encoding.grid is None:
             return
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, Any] = {  # np.savez types **kwds loosely
             "grid": np.asarray(encoding.grid, dtype=np.int32),
             "image_size": np.asarray(image_size, dtype=np.int32),
         }

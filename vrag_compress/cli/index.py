@@ -20,7 +20,6 @@ from rich.table import Table
 
 from vrag_compress.cli.app import app
 from vrag_compress.cli.options import (
-    RENDERERS,
     SEARCH_MODES,
     build_compressor,
     check_choice,
@@ -31,6 +30,16 @@ from vrag_compress.cli.options import (
     parse_value,
     resolve_document,
     snippet,
+)
+from vrag_compress.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DPI,
+    DEFAULT_IMAGE_MAX_SIDE,
+    DEFAULT_METHOD,
+    DEFAULT_MODEL,
+    DEFAULT_RATIO,
+    DEFAULT_RENDERER,
+    RENDERERS,
 )
 from vrag_compress.encoders.errors import EncoderLoadError
 
@@ -106,34 +115,43 @@ def index(
     ),
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
-        "vidore/colqwen2-v1.0",
+        DEFAULT_MODEL,
         help="Hub id or local folder of a Col* model; minilm (real offline encoder of the page "
         "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
         "tiny-colpali (random, tests only).",
     ),
     method: str = typer.Option(
-        "sap",
+        DEFAULT_METHOD,
         help="Compression method (see `vrag methods`), optionally with parameters: "
         "uot:epsilon=0.01:rho=3.",
     ),
     param: list[str] = typer.Option(
         [], "--param", "-p", help="KEY=VALUE parameter of the method (repeat), e.g. epsilon=0.01."
     ),
-    ratio: float = typer.Option(0.1, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."),
+    ratio: float = typer.Option(
+        DEFAULT_RATIO, help="Keep ratio in (0, 1]: 0.1 stores ~10% of the vectors."
+    ),
     profile: Path | None = typer.Option(
         None, help="SAP layer-window profile JSON written by `vrag calibrate`."
     ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
-    batch_size: int = typer.Option(4, help="Pages per encode/compress/commit batch."),
+    batch_size: int = typer.Option(
+        DEFAULT_BATCH_SIZE, help="Pages per encode/compress/commit batch."
+    ),
     metadata: list[str] = typer.Option([], "--metadata", "-m", help="KEY=VALUE on every page."),
     no_images: bool = typer.Option(
         False, "--no-images", help="Store only references to the source files, not page images."
     ),
     image_max_side: int = typer.Option(
-        1280, "--image-max-side", min=64, help="Longest side of stored page images, in pixels."
+        DEFAULT_IMAGE_MAX_SIDE,
+        "--image-max-side",
+        min=64,
+        help="Longest side of stored page images, in pixels.",
     ),
-    dpi: int = typer.Option(150, "--dpi", min=36, max=600, help="PDF rendering resolution."),
-    renderer: str = typer.Option("pypdfium2", help="PDF renderer: pypdfium2 or pdf2image."),
+    dpi: int = typer.Option(
+        DEFAULT_DPI, "--dpi", min=36, max=600, help="PDF rendering resolution."
+    ),
+    renderer: str = typer.Option(DEFAULT_RENDERER, help="PDF renderer: pypdfium2 or pdf2image."),
     store: str | None = StoreOpt,
     ocr: str = typer.Option(
         "auto",

@@ -12,7 +12,6 @@ from typing import Any
 import typer
 
 SEARCH_MODES = ("auto", "exact", "two_stage")
-RENDERERS = ("pypdfium2", "pdf2image")
 
 
 def parse_value(text: str) -> Any:

@@ -1,0 +1,17 @@
+"""The defaults a new index is created with, defined once for Python, the CLI and the server.
+
+Import-free on purpose: the CLI reads them when it starts. `vrag_compress.index_config` records
+the values an index was actually created with.
+"""
+
+from __future__ import annotations
+
+DEFAULT_MODEL = "vidore/colqwen2-v1.0"
+DEFAULT_METHOD = "sap"
+DEFAULT_RATIO = 0.1
+DEFAULT_BATCH_SIZE = 4
+DEFAULT_DPI = 150
+RENDERERS = ("pypdfium2", "pdf2image")
+DEFAULT_RENDERER = RENDERERS[0]
+DEFAULT_IMAGE_FORMAT = "webp"
+DEFAULT_IMAGE_MAX_SIDE = 1280
