@@ -318,3 +318,15 @@ def test_a_displayed_non_utf8_path_leads_back_to_the_file(tmp_path):
     shown = display_path(path)
     assert shown.endswith("d\\xe9j\\xe0-vu.pdf")
     assert source_path(shown) == path and source_path(str(tmp_path)) == tmp_path
+
+
+def test_the_progress_bar_shows_discovery():
+    from vrag_compress.progress import IndexProgress
+
+    with IndexProgress(0, enabled=False) as bar:
+        bar.discover(1, 3)
+        bar.discover(2, 5)
+        task = bar._progress.tasks[0]
+        assert task.total == 8 and "discovering: 3 files" in task.description
+        bar.discovery_done()
+        assert bar._progress.tasks[0].description == "indexing 3 files"
