@@ -1,4 +1,4 @@
-"""Label-free calibration of SAP's layer window (SPEC §5-6): Score Retention per decoder layer
+"""Label-free calibration of SAP's layer window: Score Retention per decoder layer
 over (page, query) pairs, the trailing-drop window rule, profiles and their plot."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _check_pair(i: int, page: PageEncoding, query: np.ndarray) -> None:
 
 
 def select_window(curve: Sequence[float] | np.ndarray, rho: float = 0.2) -> tuple[int, int]:
-    """SPEC §6: l* = start of the trailing run of layers with SR strictly below the median
+    """The window rule: l* = start of the trailing run of layers with SR strictly below the median
     (l* = L when the last layer is not below it); window = [max(0, l* - w), l*) with
     w = ceil(rho * L), or the last w layers when l* = L. Returns (start, end_exclusive)."""
     values = np.asarray(curve, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""The compressor protocol, `CompressedPage`, and the one budget rule (SPEC §2)."""
+"""The compressor protocol, `CompressedPage`, and the one budget rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Baselines compared against SAP and UOT at the same budget (SPEC §8)."""
+"""Baselines compared against SAP and UOT at the same budget."""
 
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def _import_pooler() -> type:
 class PoolCompressor(BaseCompressor):
     """colpali-engine's hierarchical (Ward) token pooling with pool factor ``round(1/ratio)``.
 
-    The library decides the count: ``max(N // pool_factor, 1)`` clusters (SPEC §2's ceil rule
+    The library decides the count: ``max(N // pool_factor, 1)`` clusters (the budget's ceil rule
     would need a non-integer factor); pages with N <= that count are stored as is.
     """
 

@@ -1,4 +1,4 @@
-"""SAP layer-window profiles (SPEC §4, §6): the built-in paper windows and calibrated JSON files.
+"""SAP layer-window profiles: the built-in paper windows and calibrated JSON files.
 
 Lives under `compress` (not `calibrate`) because SAP reads profiles and calibration uses SAP;
 `vrag_compress.calibrate` re-exports these names.
@@ -117,7 +117,7 @@ def _paper(model_id: str, n_layers: int, start: int, end: int) -> CalibrationPro
     )
 
 
-# Paper windows (SPEC §4). Patterns are tried in order; ColQwen2.5 shares Jina v4's 36-layer
+# Paper windows. Patterns are tried in order; ColQwen2.5 shares Jina v4's 36-layer
 # backbone but the paper calibrated only Jina v4, so it gets no built-in window.
 BUILTIN_PROFILES: dict[str, CalibrationProfile] = {
     "colpali": _paper("vidore/colpali-v1.3", 18, 11, 15),
@@ -172,7 +172,7 @@ def resolve_profile(profile: str | Path | dict | CalibrationProfile) -> Calibrat
 
 
 def fallback_window(n_layers: int, rho: float = 0.2) -> tuple[int, ...]:
-    """SPEC §4 window before calibration: ceil(rho*L) layers ending 2 layers before the last.
+    """The uncalibrated window: ceil(rho*L) layers ending 2 layers before the last.
 
     For backbones with fewer than 3 layers the window ends at layer 0 (the only choice left).
     """

@@ -1,4 +1,4 @@
-"""SAP, Structural Anchor Pruning (SPEC §4): keep the tokens with the highest mean visual
+"""SAP, Structural Anchor Pruning: keep the tokens with the highest mean visual
 in-degree over a window of middle decoder layers."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class SAPCompressor(BaseCompressor):
     """Top-k tokens by mean centrality over ``layers``.
 
     layers: explicit 0-based window; else ``profile`` (built-in name, model id, JSON path, dict);
-    else the SPEC §4 fallback window from each page's layer count (with a warning).
+    else the uncalibrated fallback window from each page's layer count (with a warning).
     n_layers: when known (from a profile), pages with another layer count are rejected.
     """
 

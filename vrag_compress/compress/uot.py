@@ -1,8 +1,8 @@
-"""UOT merging (SPEC §7): merge a page's tokens into K representatives with an EM loop whose
+"""UOT merging: merge a page's tokens into K representatives with an EM loop whose
 E-step is a KL-relaxed entropic Sinkhorn plan and whose M-step is the normalised barycentre.
 
 Two implementations of the same math:
-- `uot_reference`: SPEC §7 transcribed literally, one page at a time, log-domain Sinkhorn
+- `uot_reference`: the algorithm transcribed literally, one page at a time, log-domain Sinkhorn
   (the slow reference the tests and the benchmark compare against);
 - `UOTCompressor`: whole batches of pages through the same tensor ops (pad + mask), on CPU or
   GPU, with the Sinkhorn scalings in the linear domain when exp(-C/eps) cannot underflow
@@ -89,7 +89,7 @@ def _nth_valid(mask, nth):
 
 
 def sinkhorn_uot_log(cost, mu, nu, epsilon: float, rho: float, iters: int):
-    """Reference KL-relaxed entropic Sinkhorn, log domain, from zero potentials (SPEC §7).
+    """Reference KL-relaxed entropic Sinkhorn, log domain, from zero potentials.
 
     cost [..., N, K], mu [..., N], nu [..., K] (zeros allowed: masked entries); returns the plan.
     """
@@ -132,7 +132,7 @@ def uot_reference(
     sinkhorn_iters: int = 3,
     dtype: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §7 for one page, literally: log-domain Sinkhorn E-step, normalised barycentre M-step
+    """UOT for one page, literally: log-domain Sinkhorn E-step, normalised barycentre M-step
     (a representative with no mass keeps its vector), stop when no row moves more than 1e-4.
 
     x [N, D], mu [N], init [K, D]. Returns (Y [K, D], assignment [N] = argmax of the last plan).

@@ -1,4 +1,4 @@
-"""Variants beyond the papers (SPEC §10), measured by the retention benchmark before any claim.
+"""Variants beyond the papers, measured by the retention benchmark before any claim.
 
 - ``sap-sink``: sink-aware SAP. Plain SAP's window in-degree favours attention sinks (in MiniLM,
   a quarter of the kept tokens were "."): tokens that soak up attention from everywhere whatever
@@ -12,8 +12,8 @@
 - ``uot-sap``: UOT whose source mass mu comes from the SAP window's centrality instead of the
   all-layer mean.
 
-Plain ``sap`` and ``uot`` stay exactly per SPEC; these are separate names with their own
-parameters. The registry (`vrag_compress.compress.registry`) lists them with the other methods.
+Plain ``sap`` and ``uot`` stay exactly as the papers define them; these are separate names with
+their own parameters. The registry (`vrag_compress.compress.registry`) lists them with the others.
 """
 
 from __future__ import annotations
@@ -125,11 +125,11 @@ MASSES = ("all", "window")
 
 @dataclass(frozen=True)
 class GuidedUOTCompressor(UOTCompressor):
-    """UOT (SPEC §7) steered by SAP's layer window.
+    """UOT steered by SAP's layer window.
 
-    init: "kmeans++" (SPEC) or "sap" (start from the top-k SAP anchors' vectors).
-    mass: "all" (SPEC: all-layer mean in-degree) or "window" (mean over ``layers`` only).
-    layers: the SAP window (0-based); None = SPEC §4 fallback window, with a warning.
+    init: "kmeans++" (as plain UOT) or "sap" (start from the top-k SAP anchors' vectors).
+    mass: "all" (as plain UOT: all-layer mean in-degree) or "window" (mean over ``layers`` only).
+    layers: the SAP window (0-based); None = the uncalibrated fallback window, with a warning.
     """
 
     name: ClassVar[str] = "uot-guided"
@@ -188,7 +188,7 @@ class GuidedUOTCompressor(UOTCompressor):
 
 @dataclass(frozen=True)
 class AnchorUOTCompressor(GuidedUOTCompressor):
-    """``uot-anchor``: UOT initialised from SAP's anchors, SPEC mass (all-layer in-degree)."""
+    """``uot-anchor``: UOT initialised from SAP's anchors, with plain UOT's (all-layer) mass."""
 
     name: ClassVar[str] = "uot-anchor"
 
@@ -198,7 +198,7 @@ class AnchorUOTCompressor(GuidedUOTCompressor):
 
 @dataclass(frozen=True)
 class SAPGuidedUOTCompressor(GuidedUOTCompressor):
-    """``uot-sap``: UOT with mass from the SAP window's in-degree, SPEC k-means++ init."""
+    """``uot-sap``: UOT with mass from the SAP window's in-degree, plain UOT's k-means++ init."""
 
     name: ClassVar[str] = "uot-sap"
 
