@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from vrag_compress.store import centroids as cz
+from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.maxsim import gather_pages
 
@@ -77,14 +78,6 @@ def _crc(array: np.ndarray) -> int:
     for start in range(0, len(flat), _CRC_CHUNK):
         crc = zlib.crc32(flat[start : start + _CRC_CHUNK].tobytes(), crc)
     return crc
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _load(folder: Path, name: str) -> np.ndarray:
@@ -132,7 +125,7 @@ class _Writer:
         return {"files": files, "pages": len(part.pids), "tokens": int(part.bounds[-1])}
 
     def finish(self) -> None:
-        _fsync_dir(self.folder)
+        seg.fsync_dir(self.folder)
 
 
 def manifest_files(manifest: dict[str, Any] | None) -> set[str]:
@@ -160,7 +153,7 @@ def remove_orphans(
             entry.unlink(missing_ok=True)
             removed += 1
     if removed:
-        _fsync_dir(folder)
+        seg.fsync_dir(folder)
     return removed
 
 

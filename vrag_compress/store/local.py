@@ -103,14 +103,6 @@ def _alive(pid: str) -> bool:
     return True
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _claim(tmp: Path, catalog: Path) -> None:
     """Give the finished catalog its real name unless another creator already did (atomic)."""
     try:
@@ -183,7 +175,7 @@ class LocalStore:
                     "next_segment_id": 1,
                 },
             )
-            _fsync_file(tmp)
+            seg.fsync_dir(tmp)
             _claim(tmp, root / cat.CATALOG_NAME)
             seg.fsync_dir(root)
         finally:

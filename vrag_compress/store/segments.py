@@ -36,7 +36,8 @@ def list_segment_files(root: Path) -> dict[int, Path]:
 
 
 def fsync_dir(path: Path) -> None:
-    """Make a file creation or removal in ``path`` durable."""
+    """Make a file creation or removal in the folder ``path`` durable (or, given a file, its
+    contents)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
