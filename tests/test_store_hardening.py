@@ -306,3 +306,12 @@ def test_search_and_verify_work_on_a_really_full_disk(tiny_disk):
     with LocalStore.open(path, readonly=True) as store:  # was: "disk I/O error"
         assert store.verify().ok
         assert len(store.search(pages(1, seed=5)[0].vectors, 2)) == 2
+
+
+def test_a_store_folder_with_odd_bytes_in_its_name_opens(tmp_path):
+    """The catalog is opened by URI: '?', '#', '%' and non-UTF-8 bytes must not break it."""
+    path = tmp_path / os.fsdecode(b"ind\xe9x #1?mode=rw%20")
+    with LocalStore.create(path, CONFIG) as store:
+        store.add(pages(2))
+    with LocalStore.open(path, readonly=True) as store:
+        assert store.count() == 2 and store.verify().ok
