@@ -50,6 +50,18 @@ def cli_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return path
 
 
+def test_search_filter_the_backend_refuses_is_a_usage_error(cli_index: Path, tmp_path: Path):
+    pytest.importorskip("qdrant_client")
+    url = f"qdrant+local://{tmp_path / 'q'}?collection=idx"
+    assert run("migrate", cli_index, url)[0] == 0
+    result = runner.invoke(
+        app,
+        ["search", str(cli_index), "x", "--store", url, "--filter", '{"filename": {"$gt": "a"}}'],
+    )
+    assert result.exit_code == 2, result.output
+    assert "numbers only" in result.output and "Traceback" not in result.output
+
+
 def test_search_json_schema(cli_index: Path):
     code, stdout = run("search", cli_index, "oral argument", "-k", "3", "--json")
     assert code == 0, stdout

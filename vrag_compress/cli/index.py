@@ -380,9 +380,13 @@ def search(
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)
+    from vrag_compress.store.filters import FilterError
+
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
             hits = vindex.search(query, k=k, filter=where, mode=mode)
+        except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
+            raise typer.BadParameter(str(error), param_hint="--filter") from error
         except (ValueError, EncoderLoadError) as error:
             fail(str(error))
     if json_out:
