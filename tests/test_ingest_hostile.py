@@ -330,3 +330,18 @@ def test_the_progress_bar_shows_discovery():
         assert task.total == 8 and "discovering: 3 files" in task.description
         bar.discovery_done()
         assert bar._progress.tasks[0].description == "indexing 3 files"
+
+
+def _inline_image_page(width: int, height: int) -> dict:
+    data = zlib.compress(b"\0" * (width * height * 3), 9)
+    head = f"q 200 0 0 200 72 72 cm BI /W {width} /H {height} /CS /RGB /BPC 8 /F /Fl ID "
+    return {"content": _stream(head.encode() + data + b" EI Q")}
+
+
+def test_inline_image_bombs_in_content_streams_are_counted(tmp_path):
+    path = write_raw_pdf(
+        tmp_path / "inline.pdf", [_inline_image_page(3000, 3000), _inline_image_page(10, 10)]
+    )
+    pages, errors = _pages([path], memory_limit=32 * MiB)
+    assert pages == [("inline.pdf", 2)]
+    assert [type(e) for e in errors] == [PageMemoryError] and "page 1" in errors[0].reason

@@ -2,13 +2,15 @@
 
 PDFium inflates a page's content streams, forms, fonts and images in full when it loads the page,
 so a 1 MB "flate bomb" can take gigabytes. Here pypdf walks the objects one page uses and counts
-the bytes their streams decode to, in small chunks and stopping at a budget, so a hostile page is
-refused before PDFium sees it while the count itself takes almost no memory.
+the bytes their streams decode to (plus the declared size of every image, inline ones included),
+in small chunks and stopping at a budget, so a hostile page is refused before PDFium sees it while
+the count itself takes almost no memory.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -45,6 +47,11 @@ _FLATE = frozenset({"/FlateDecode", "/Fl"})
 _ASCII = frozenset({"/ASCIIHexDecode", "/AHx", "/ASCII85Decode", "/A85"})
 # A page whose object graph is larger than this is counted only this far (time bound).
 _MAX_OBJECTS = 200_000
+# An inline image in a content stream: ``BI <header> ID <data> EI``; its header gives the size.
+_INLINE_SIZE = re.compile(rb"/(W|Width|H|Height)\s+(\d+)")
+_HEADER_MAX = 2048  # bytes between BI and ID
+_HEADER_SPAN = _HEADER_MAX + 64  # bytes of the previous chunk kept to see a header split in two
+_MAX_INLINE_CANDIDATES = 100_000  # "BI"s looked at per stream: a time bound on hostile streams
 
 
 class PageBytes:
@@ -118,11 +125,34 @@ def stream_size(stream: Any, budget: int) -> int:
             continue  # ASCII armour decodes to less than its input
         else:  # LZW, RunLength and the rest: pypdf decodes them under its own output limits
             return _decoded_by_pypdf(stream, budget)
-    total = 0
+    total, tail, candidates = 0, b"", [_MAX_INLINE_CANDIDATES]
     for chunk in chunks:
-        total += len(chunk)
+        window = tail + chunk
+        total += len(chunk) + _inline_image_bytes(window, len(tail), candidates)
+        tail = window[-_HEADER_SPAN:]
         if total > budget:
             break
+    return total
+
+
+def _inline_image_bytes(window: bytes, seen: int, candidates: list[int]) -> int:
+    """Declared pixel buffers of the inline images whose header ends past ``seen`` (the part of
+    ``window`` already scanned with the previous chunk); ``candidates`` is the scan allowance
+    left for this stream."""
+    total, pos = 0, 0
+    while candidates[0] > 0:
+        start = window.find(b"BI", pos)
+        if start < 0:
+            break
+        candidates[0] -= 1
+        end = window.find(b"ID", start + 2, start + 2 + _HEADER_MAX)
+        if end < 0:
+            pos = start + 2
+            continue
+        pos = end + 2
+        if end + 2 > seen:
+            size = {k[:1]: int(v) for k, v in _INLINE_SIZE.findall(window[start + 2 : end])}
+            total += size.get(b"W", 0) * size.get(b"H", 0) * _IMAGE_BYTES_PER_PIXEL
     return total
 
 
