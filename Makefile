@@ -9,7 +9,7 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast lint system-deps
+.PHONY: install demo test test-fast lint typecheck system-deps
 
 # Debian packages the demo and tests need (tools/system-packages.txt): installed with apt-get as
 # root or with sudo; otherwise the exact install command is printed and make stops.
@@ -39,8 +39,12 @@ lint: install
 		(cd $$pkg && ../../$(BIN)/ruff check . && ../../$(BIN)/ruff format --check .) || exit 1; \
 	done
 
-# The CI command: lint, then every test (the slow end-to-end ones included).
-test: lint
+# mypy over vrag_compress and both integrations; settings (and strictness) in pyproject.toml.
+typecheck: install
+	$(BIN)/mypy
+
+# The CI command: lint, type check, then every test (the slow end-to-end ones included).
+test: lint typecheck
 	$(BIN)/python -m pytest -q
 
 # The quick loop while changing code: lint, then the suite without the tests marked `slow`.

@@ -127,7 +127,7 @@ def build_colpali(dtype: Any, max_visual_tokens: int | None) -> tuple[Any, Any]:
     image_processor = SiglipImageProcessor(
         size={"height": 448, "width": 448}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
-    image_processor.image_seq_length = 1024  # type: ignore[attr-defined]
+    image_processor.image_seq_length = 1024
     processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
     config = PaliGemmaConfig(
         vision_config={

@@ -164,7 +164,7 @@ def _with_window(
     changes = _window_params(type(compressor), model_id, n_layers, window, profile)
     if not changes:
         return compressor
-    return dataclasses.replace(compressor, **changes)  # type: ignore[type-var]
+    return dataclasses.replace(compressor, **changes)
 
 
 def _window_params(
@@ -222,7 +222,7 @@ def _fitted(compressor: Compressor, pages: Sequence[PageEncoding] | None) -> Com
     if not capabilities(compressor).needs_fit or getattr(compressor, "fitted", True):
         return compressor
     if pages:
-        return compressor.fit(list(pages))  # type: ignore[attr-defined, no-any-return]
+        return compressor.fit(list(pages))  # type: ignore[attr-defined]
     given = " or ".join(f"{p}=..." for p in capabilities(compressor).fit_params)
     raise CompressionError(
         f"{compressor.name} must be fitted on pages before it compresses: pass "

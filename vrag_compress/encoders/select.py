@@ -67,13 +67,13 @@ def load_auto_encoder(
         return encoder, f"best Col* checkpoint available here: {name}"
     from vrag_compress.encoders.text_pages import PageTextEncoder
 
-    encoder = PageTextEncoder(AUTO_FALLBACK, device=device)
+    fallback = PageTextEncoder(AUTO_FALLBACK, device=device)
     reason = (
         "no Col* checkpoint could be loaded ("
         + "; ".join(tried)
         + "), so the real offline MiniLM text encoder reads each page's text layer or OCR text"
     )
-    return encoder, reason
+    return fallback, reason
 
 
 def _cached(name: str) -> bool:

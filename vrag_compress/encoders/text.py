@@ -21,6 +21,7 @@ import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,8 @@ class TextModelError(ValueError):
 class _Capture:
     """Per-forward-call statistics, filled layer by layer by the attention function."""
 
-    visual: object  # torch.BoolTensor [B, S]: rows counted as sources of in-degree
-    eos_index: object  # torch.LongTensor [B]: the last non-padding position per row
+    visual: Any  # torch.BoolTensor [B, S]: rows counted as sources of in-degree
+    eos_index: Any  # torch.LongTensor [B]: the last non-padding position per row
     centrality: dict[int, np.ndarray] = field(default_factory=dict)
     eos: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -322,12 +323,13 @@ class TextTokenEncoder:
                     f"document {text[:40]!r} has no non-special tokens; drop empty documents"
                 )
             positions = np.flatnonzero(keep.numpy())
-            stats = {}
+            stats: dict[str, np.ndarray] = {}
             if capture is not None:
                 layers = range(self.n_layers)
                 stats = {
                     "centrality": np.stack([capture.centrality[i][row, positions] for i in layers]),
                     "eos_attention": np.stack([capture.eos[i][row, positions] for i in layers]),
                 }
-            out.append(PageEncoding(self._vectors(hidden[row][keep]), **stats))
+            vectors = self._vectors(hidden[row][keep])
+            out.append(PageEncoding(vectors, stats.get("centrality"), stats.get("eos_attention")))
         return out

@@ -107,7 +107,9 @@ class PageTextEncoder:
             max(1, len(ids))
             for ids in self.text.tokenizer(words, add_special_tokens=False)["input_ids"]
         ]
-        chunks, current, size = [], [], 0
+        chunks: list[str] = []
+        current: list[str] = []
+        size = 0
         for word, length in zip(words, lengths, strict=True):
             if current and size + length > self.window:
                 chunks.append(" ".join(current))
@@ -129,7 +131,8 @@ class PageTextEncoder:
                 "centrality": np.concatenate([p.centrality for p in parts], axis=1),
                 "eos_attention": np.concatenate([p.eos_attention for p in parts], axis=1),
             }
-        return PageEncoding(np.concatenate([p.vectors for p in parts]), **stats)
+        vectors = np.concatenate([p.vectors for p in parts])
+        return PageEncoding(vectors, stats.get("centrality"), stats.get("eos_attention"))
 
 
 def _move_to_device(text: TextTokenEncoder, device: str) -> str:

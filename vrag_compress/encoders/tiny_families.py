@@ -145,7 +145,7 @@ def build_colpali(spec: Any, out: Path) -> None:
     image_processor = SiglipImageProcessor(
         size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
-    image_processor.image_seq_length = (size // 14) ** 2  # type: ignore[attr-defined]
+    image_processor.image_seq_length = (size // 14) ** 2
     processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)
     vocab = len(processor.tokenizer)
     text = {**_text_sizes(spec), "num_key_value_heads": 1}

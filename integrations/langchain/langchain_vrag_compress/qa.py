@@ -230,7 +230,7 @@ def _pass_then_cite(chunks: Iterator[dict[str, Any]]) -> Iterator[AddableDict]:
     """Forward the streamed pieces as they come, then the citations of the whole answer."""
     state = AddableDict()
     for chunk in chunks:
-        state = state + chunk
+        state = state + AddableDict(chunk)
         yield AddableDict(chunk)
     yield AddableDict(citations=citations(state.get("answer", ""), state.get("documents", [])))
 
@@ -238,6 +238,6 @@ def _pass_then_cite(chunks: Iterator[dict[str, Any]]) -> Iterator[AddableDict]:
 async def _apass_then_cite(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[AddableDict]:
     state = AddableDict()
     async for chunk in chunks:
-        state = state + chunk
+        state = state + AddableDict(chunk)
         yield AddableDict(chunk)
     yield AddableDict(citations=citations(state.get("answer", ""), state.get("documents", [])))
