@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from pypdf import PdfWriter
+from pypdf.generic import EncodedStreamObject, NameObject
 
 from vrag_compress import ingest
 from vrag_compress.ingest import (
@@ -345,3 +347,22 @@ def test_inline_image_bombs_in_content_streams_are_counted(tmp_path):
     pages, errors = _pages([path], memory_limit=32 * MiB)
     assert pages == [("inline.pdf", 2)]
     assert [type(e) for e in errors] == [PageMemoryError] and "page 1" in errors[0].reason
+
+
+@pytest.mark.parametrize("algorithm", ["RC4-128", "AES-256"])
+def test_encrypted_bombs_are_counted_too(tmp_path, algorithm):
+    """A PDF encrypted with an empty user password opens without one, so it is checked too."""
+    writer = PdfWriter()
+    for bomb in (True, False):
+        page = writer.add_blank_page(612, 792)
+        if bomb:
+            stream = EncodedStreamObject()
+            stream._data = _deflate_zeros(40 * MiB)
+            stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+            page[NameObject("/Contents")] = writer._add_object(stream)
+    writer.encrypt(user_password="", owner_password="owner", algorithm=algorithm)
+    path = tmp_path / "locked.pdf"
+    writer.write(path)
+    pages, errors = _pages([path], memory_limit=32 * MiB)
+    assert pages == [("locked.pdf", 2)]
+    assert [type(e) for e in errors] == [PageMemoryError]
