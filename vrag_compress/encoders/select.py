@@ -60,11 +60,11 @@ def load_auto_encoder(
             tried.append(f"{name}: not in the Hugging Face cache")
             continue
         try:
-            encoder = load_col_encoder(name, device=device, **options)
+            col_encoder = load_col_encoder(name, device=device, **options)
         except EncoderLoadError as error:
             tried.append(f"{name}: {str(error).split('. ')[0]}")
             continue
-        return encoder, f"best Col* checkpoint available here: {name}"
+        return col_encoder, f"best Col* checkpoint available here: {name}"
     from vrag_compress.encoders.text_pages import PageTextEncoder
 
     fallback = PageTextEncoder(AUTO_FALLBACK, device=device)

@@ -246,7 +246,7 @@ class TextTokenEncoder:
                 for t, s in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)
                 if not s
             ]
-            result.append(self.tokenizer.convert_ids_to_tokens(ids))
+            result.append([str(t) for t in self.tokenizer.convert_ids_to_tokens(ids)])
         return result
 
     # --------------------------------------------------------------------------------- internals
