@@ -36,7 +36,7 @@ lint: install
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 	for pkg in $(INTEGRATIONS); do \
-		(cd $$pkg && ../../$(BIN)/ruff check . && ../../$(BIN)/ruff format --check .) || exit 1; \
+		(cd $$pkg && $(abspath $(BIN))/ruff check . && $(abspath $(BIN))/ruff format --check .) || exit 1; \
 	done
 
 # mypy over vrag_compress and both integrations; settings (and strictness) in pyproject.toml.

@@ -247,6 +247,7 @@ NEW_FAMILIES = [
 
 
 @pytest.mark.parametrize("model", NEW_FAMILIES)
+@pytest.mark.slow
 def test_new_families_sap_fallback_then_calibrated_window(tmp_path, shared_data, model):
     """Before calibration SAP warns and uses the fallback window; `vrag calibrate` then
     writes a profile whose window SAP uses silently on the same model's pages."""

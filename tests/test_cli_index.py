@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from vrag_compress.cli import app
 
+pytestmark = pytest.mark.slow  # end to end with real models and data
+
 runner = CliRunner()
 
 

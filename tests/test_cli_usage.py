@@ -188,6 +188,7 @@ def test_snippet_centres_on_a_query_word() -> None:
 
 
 # ----------------------------------------------------------------------- Ctrl-C
+@pytest.mark.slow
 def test_ctrl_c_reports_committed_pages_and_exits_130(
     docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import json, logging
 logging.basicConfig(level=logging.WARNING)
@@ -28,6 +30,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_package_and_qwen2vl_processor_work_in_a_fresh_interpreter() -> None:
     run = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False

@@ -13,6 +13,8 @@ from vrag_compress.bench.eval.metrics import evaluate, top_k_run
 from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.scoring import maxsim
 
+pytestmark = pytest.mark.slow  # ranx compiles its metrics on first use (tens of seconds)
+
 QRELS = {"q1": {"d1": 3, "d2": 1, "d5": 0}, "q2": {"d3": 2}}
 RUN = {"q1": {"d2": 0.9, "d1": 0.5, "d9": 0.1}, "q2": {"d4": 1.0, "d3": 0.5}}
 

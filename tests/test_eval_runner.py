@@ -20,6 +20,8 @@ from vrag_compress.bench.eval.runner import (
 )
 from vrag_compress.cli.app import app
 
+pytestmark = pytest.mark.slow  # end to end with real models and data
+
 ROW_KEYS = {
     "method": str,
     "ratio": float,

@@ -19,6 +19,8 @@ from vrag_compress import VisualIndex, get_compressor, maxsim
 from vrag_compress.index import ModelMismatchError
 from vrag_compress.ingest import Page
 
+pytestmark = pytest.mark.slow  # end to end with real models and data
+
 
 def page_count(path: Path) -> int:
     pdf = pdfium.PdfDocument(str(path))

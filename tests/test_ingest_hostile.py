@@ -277,6 +277,7 @@ def _peak_rss_mib(path: Path) -> tuple[int, int, int]:
     return pages, errors, peak
 
 
+@pytest.mark.slow
 def test_a_flate_bomb_does_not_take_the_memory_it_inflates_to(tmp_path):
     """400 MiB of content in a 400 KiB file: refused with the process under 200 MiB at peak
     (PDFium alone would take twice the inflated size)."""

@@ -40,12 +40,14 @@ def assert_ingests_like_pdfium(path: Path) -> int:
     return len(sizes)
 
 
+@pytest.mark.slow
 def test_all_icdar_files_ingest_with_the_right_page_counts(shared_data):
     files, errors = find_documents([shared_data / "pdfs" / "icdar2013"])
     assert errors == [] and len(files) == 67
     assert sum(assert_ingests_like_pdfium(path) for path in files) == 238
 
 
+@pytest.mark.slow
 def test_gov_and_edge_files_ingest(shared_data):
     files, errors = find_documents([shared_data / "pdfs" / "gov", shared_data / "pdfs" / "edge"])
     assert errors == [] and len(files) == 12
@@ -82,6 +84,7 @@ def test_text_layer_present_only_in_born_digital_files(shared_data):
         assert "FEDERAL REGISTER" in doc.page(1).text
 
 
+@pytest.mark.slow
 def test_pdf2image_matches_pypdfium2_page_sizes(shared_data):
     pdfs = shared_data / "pdfs"
     files = sorted((pdfs / "gov").glob("*.pdf")) + [pdfs / "edge" / "multi_page.pdf"]

@@ -165,6 +165,7 @@ def scanned_page(shared_data: Path) -> Image.Image:
     return page.image
 
 
+@pytest.mark.slow
 def test_rapidocr_reads_the_scanned_page(scanned_page: Image.Image):
     text = reading_order(RapidOcrEngine().recognize(scanned_page))
     lines = text.lower().splitlines()
@@ -173,6 +174,7 @@ def test_rapidocr_reads_the_scanned_page(scanned_page: Image.Image):
     assert lines[0].startswith("docling") and lines[-1].strip() == "package", text
 
 
+@pytest.mark.slow
 def test_index_ocrs_scans_and_keeps_born_digital_text_layers(tmp_path: Path, shared_data: Path):
     scan = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
     digital = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
@@ -196,6 +198,7 @@ def _all_records(index: VisualIndex) -> list:
 
 
 # ----------------------------------------------------------------- failures
+@pytest.mark.slow
 def test_an_ocr_error_on_one_page_is_reported_and_the_rest_indexed(
     tmp_path: Path, shared_data: Path
 ):
@@ -215,6 +218,7 @@ def test_an_ocr_error_on_one_page_is_reported_and_the_rest_indexed(
     assert summary["pages"] == 4 and len(summary["failures"]) == 1
 
 
+@pytest.mark.slow
 def test_auto_without_the_extra_warns_once_and_indexes(
     no_rapidocr, tmp_path: Path, shared_data: Path, caplog: pytest.LogCaptureFixture
 ):
@@ -234,6 +238,7 @@ def test_always_without_the_extra_fails_before_indexing(no_rapidocr, tmp_path: P
         assert index.store.count() == 0
 
 
+@pytest.mark.slow
 def test_cli_ocr_option(no_rapidocr, tmp_path: Path, shared_data: Path):
     runner = CliRunner()
     scan = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
@@ -249,6 +254,7 @@ def test_cli_ocr_option(no_rapidocr, tmp_path: Path, shared_data: Path):
     assert report["ocr"]["mode"] == "never" and report["pages_indexed"] == 1
 
 
+@pytest.mark.slow
 def test_bench_ocr_reports_time_per_page_and_share(tmp_path: Path, shared_data: Path):
     import vrag_compress.cli  # noqa: F401  (registers `vrag bench ocr`)
 

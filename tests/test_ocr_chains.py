@@ -19,6 +19,8 @@ from pydantic import Field  # noqa: E402
 
 from vrag_compress import VisualIndex, get_compressor  # noqa: E402
 
+pytestmark = pytest.mark.slow  # end to end with real models and data
+
 SCAN_WORDS = ("docling", "json", "markdown", "contained", "package")
 
 

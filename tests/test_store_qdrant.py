@@ -262,6 +262,7 @@ def test_migrate_cli_and_repoint(tmp_path):
     assert again.exit_code == 1 and "not an empty directory" in " ".join(again.output.split())
 
 
+@pytest.mark.slow
 def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
     from vrag_compress import VisualIndex, get_compressor
     from vrag_compress.encoders import load_encoder

@@ -7,12 +7,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from vrag_compress.scoring import maxsim
 from vrag_compress.store import DuplicatePageError, LocalStore, PageRecord
+
+pytestmark = pytest.mark.slow  # a long random walk through the store's operations
 
 DIM = 8
 IDS = [f"p{i:02d}" for i in range(24)]

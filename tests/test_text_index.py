@@ -12,6 +12,8 @@ from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.encoders import PageTextEncoder, load_auto_encoder, load_encoder
 from vrag_compress.ingest import Page
 
+pytestmark = pytest.mark.slow  # end to end with real models and data
+
 QUERY = "firearm background checks by state"
 
 

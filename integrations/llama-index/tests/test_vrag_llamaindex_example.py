@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "llamaindex_query_engine.py"
 
 
@@ -23,6 +25,7 @@ def run_example(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_example_answers_with_page_citations(shared_data, tmp_path):
     pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
     out = tmp_path / "answer.json"
