@@ -1,5 +1,5 @@
-"""Text users read (docs, READMEs, every command's --help, log warnings) names no internal
-document: a user has no "SPEC §4" or "the issue" to look up."""
+"""Text users read (docs, READMEs, every command's --help, warnings, docstrings) names no
+internal document: a user has no "SPEC §4" or "the issue" to look up."""
 
 from __future__ import annotations
 
@@ -46,12 +46,17 @@ def test_command_help_names_no_internal_documents():
     assert offenders == []
 
 
-def test_warnings_and_errors_name_no_internal_documents():
-    """String literals next to a warning or an exception in the package."""
-    pattern = re.compile(r"(warn|warning|Error|raise)[^\n]*\n?[^\n]*(\bSPEC\b|§)")
+def test_library_text_names_no_internal_documents():
+    """Warnings, errors and docstrings (what `help()` shows) of the package and integrations."""
+    pattern = re.compile(r"\bSPEC\b|§")
+    sources = [
+        *sorted((ROOT / "vrag_compress").rglob("*.py")),
+        *sorted((ROOT / "integrations").glob("*/*/**/*.py")),
+    ]
     offenders = [
-        str(path.relative_to(ROOT))
-        for path in sorted((ROOT / "vrag_compress").rglob("*.py"))
-        if pattern.search(path.read_text())
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if pattern.search(line)
     ]
     assert offenders == []

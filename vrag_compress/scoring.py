@@ -1,4 +1,4 @@
-"""Late-interaction scoring (SPEC §1): the reference MaxSim other kernels are checked against."""
+"""Late-interaction scoring: the reference MaxSim other kernels are checked against."""
 
 from __future__ import annotations
 

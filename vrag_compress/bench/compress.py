@@ -193,7 +193,7 @@ def pooler_job(ratio: float):
 
 
 def literal_uot_job(ratio: float, dtype: str = "float32"):
-    """SPEC §7 one page at a time: k-means++ then the log-domain EM loop (`uot_reference`)."""
+    """UOT one page at a time: k-means++ then the log-domain EM loop (`uot_reference`)."""
 
     def run(pages: list) -> list:
         import torch

@@ -15,7 +15,7 @@ class EncodingError(ValueError):
 
 @dataclass
 class PageEncoding:
-    """One page's visual-token vectors and, optionally, the decoder attention statistics (SPEC §3).
+    """One page's visual-token vectors and, optionally, the decoder attention statistics.
 
     vectors: [N, D] float32, L2-normalised, visual tokens in patch order.
     centrality: [L, N] float32 visual in-degree per decoder layer (mean over heads).

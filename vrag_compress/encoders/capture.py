@@ -1,4 +1,4 @@
-"""Streaming capture of decoder attention statistics (SPEC §3) during the embedding forward pass.
+"""Streaming capture of decoder attention statistics during the embedding forward pass.
 
 Why streaming: ``output_attentions=True`` keeps every layer's [B, H, S, S] map alive until the
 forward ends, O(L·H·S²) memory, which runs out at a few thousand visual tokens. Here a custom

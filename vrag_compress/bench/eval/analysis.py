@@ -1,4 +1,4 @@
-"""Which tokens a pruning method keeps: the evidence for the attention-sink diagnosis (SPEC §10)."""
+"""Which tokens a pruning method keeps: the evidence for the attention-sink diagnosis."""
 
 from __future__ import annotations
 

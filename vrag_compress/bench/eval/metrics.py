@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 METRICS: tuple[str, ...] = ("ndcg@1", "ndcg@5", "ndcg@10", "recall@1", "recall@5", "mrr")
-"""Reported for every run (SPEC §9)."""
+"""Reported for every run."""
 
 
 def evaluate(

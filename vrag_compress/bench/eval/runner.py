@@ -1,6 +1,6 @@
 """The retention benchmark: encode a corpus ONCE (vectors + attention statistics), then apply
 every requested method and ratio to the same encodings and score the same queries with exact
-MaxSim. Retention = metric(compressed) / metric(uncompressed), same queries, same qrels (SPEC §9).
+MaxSim. Retention = metric(compressed) / metric(uncompressed), same queries, same qrels.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def score_and_evaluate(
 def mean_score_retention(
     full: np.ndarray, compressed: np.ndarray, pairs: Sequence[tuple[int, int]]
 ) -> float:
-    """Mean SR over (query row, doc column) pairs; SR = 1 where the full score is 0 (SPEC §5)."""
+    """Mean SR over (query row, doc column) pairs; SR = 1 where the full score is 0."""
     ratios = [1.0 if full[q, d] == 0 else compressed[q, d] / full[q, d] for q, d in pairs]
     return float(np.mean(ratios)) if ratios else float("nan")
 
@@ -260,7 +260,7 @@ def mean_score_retention(
 # --------------------------------------------------------------------------------- calibration
 @dataclass
 class Calibration:
-    """The SR-selected SAP window and its evidence (SPEC §6)."""
+    """The SR-selected SAP window and its evidence."""
 
     window: list[int]
     sr_curve: list[float] | None
@@ -283,7 +283,7 @@ def calibrate_window(
     gamma: float = 0.1,
     rho: float = 0.2,
 ) -> tuple[list[int], list[float]]:
-    """Per-layer SR curve of single-layer SAP at ``gamma`` and the SPEC §6 window."""
+    """Per-layer SR curve of single-layer SAP at ``gamma`` and the window it selects."""
     from vrag_compress.calibrate import select_window, sr_curve
 
     pages = [page for _, page in pairs]
