@@ -191,3 +191,21 @@ def test_assignment_through_the_centroid_ivf_matches_the_exact_nearest():
     codes = cz.assign(tokens, centroids)  # K > 1,024: the IVF path
     exact = np.argmax(tokens @ centroids.T, axis=1)
     assert np.mean(codes == exact) >= 0.97
+
+
+def test_gpu_copy_is_used_when_faiss_sees_gpus_and_skipped_on_error():
+    class FakeFaiss:
+        def __init__(self, gpus: int, fail: bool):
+            self.gpus, self.fail = gpus, fail
+
+        def get_num_gpus(self) -> int:
+            return self.gpus
+
+        def index_cpu_to_all_gpus(self, index):
+            if self.fail:
+                raise RuntimeError("no GPU support for this index")
+            return ("gpu", index)
+
+    assert cz._on_gpu(FakeFaiss(0, False), "cpu") == "cpu"
+    assert cz._on_gpu(FakeFaiss(1, False), "cpu") == ("gpu", "cpu")
+    assert cz._on_gpu(FakeFaiss(1, True), "cpu") == "cpu"

@@ -139,6 +139,7 @@ def assign(tokens: np.ndarray, centroids: np.ndarray, *, chunk: int = _ASSIGN_CH
         index.train(c)
         index.nprobe = max(4, nlist // 8)
     index.add(c)
+    index = _on_gpu(faiss, index)
     out = np.empty(len(tokens), dtype=code_dtype(len(centroids)))
     for start in range(0, len(tokens), chunk):
         part = np.ascontiguousarray(tokens[start : start + chunk], dtype=np.float32)
@@ -341,6 +342,17 @@ def _unpack(packed: np.ndarray, nbits: int, dim: int) -> np.ndarray:
     shifts = (np.arange(per, dtype=np.uint8) * nbits)[None, None, :]
     vals = (packed[:, :, None] >> shifts) & np.uint8((1 << nbits) - 1)
     return vals.reshape(len(packed), dim)
+
+
+def _on_gpu(faiss: Any, index: Any) -> Any:
+    """A GPU copy of a faiss index when faiss sees GPUs (the CPU index otherwise or on error)."""
+    if _gpu_count(faiss) == 0:
+        return index
+    try:
+        return faiss.index_cpu_to_all_gpus(index)
+    except (RuntimeError, AttributeError) as exc:  # an index type without GPU support
+        log.warning("faiss GPU copy failed (%s); assigning on the CPU", exc)
+        return index
 
 
 def _gpu_count(faiss) -> int:
