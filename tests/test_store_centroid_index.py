@@ -86,6 +86,10 @@ def test_adds_deletes_upserts_and_compaction_are_seen_at_once(store):
 def test_filters_restrict_index_candidates(store):
     hits = store.search(query_for(42), k=5, mode="two_stage", filter={"doc_id": "d4"})
     assert hits[0].page_id == "p0042" and {h.doc_id for h in hits} == {"d4"}
+    store.delete(page_ids=store.page_ids())  # an index over no live page answers nothing
+    assert store.search(query_for(42), k=5, mode="two_stage", filter={"doc_id": "d4"}) == []
+    assert store.search(query_for(42), k=5, mode="two_stage") == []
+    assert store.index_info(measure_recall=True)["indexed_pages"] == 300
 
 
 def test_reopen_maps_the_index_without_rebuilding(store, tmp_path):

@@ -107,6 +107,8 @@ class CentroidIndexes:
         index = self.current()
         if index is None:
             return None
+        if len(snap.pids) == 0:
+            return np.empty(0, dtype=np.int64)
         slots = self._slot_map(snap, index)
         live = slots.slot_pos >= 0
         unindexed = slots.unindexed
