@@ -173,3 +173,15 @@ def test_writes_and_compaction_during_a_background_training(tmp_path, monkeypatc
         assert info["indexed_pages"] >= s.count() == 169
         assert s.search(query_for(160), k=1, mode="two_stage")[0].page_id == "p0160"
         assert "p0003" not in ids_of(s.search(query_for(3), k=10, mode="two_stage"))
+
+
+def test_codes_must_fit_the_vector_width(tmp_path):
+    from vrag_compress.store import StoreError
+
+    with LocalStore.create(tmp_path / "s", {"dim": 6, "model_id": "m"}, **OPTIONS) as s:
+        s.add([PageRecord("a", "d", 1, np.ones((3, 6), np.float32))])
+        with pytest.raises(StoreError, match="divisible by 4"):
+            s.optimize(codes="2bit")
+        with pytest.raises(StoreError, match="codes must be one of"):
+            s.optimize(codes="3bit")
+        assert s.optimize(codes="4bit")["codes"] == "4bit"

@@ -524,8 +524,14 @@ def optimize(
     """Compact an index and retrain its centroid candidate index (searches keep working)."""
     if codes is not None and codes not in ("none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
+    from vrag_compress.index import VisualIndexError
+    from vrag_compress.store import StoreError
+
     with open_index(index_dir) as vindex:
-        details = vindex.optimize(codes=codes)
+        try:
+            details = vindex.optimize(codes=codes)
+        except (VisualIndexError, StoreError) as error:
+            fail(str(error))
     if json_out:
         emit_json(details)
         return

@@ -394,6 +394,12 @@ class LocalStore:
         if codes is not None:
             if codes not in CODES:
                 raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
+            per_byte = {"4bit": 2, "2bit": 4}.get(codes, 1)
+            if self.dim % per_byte:
+                raise StoreError(
+                    f"{codes} codes need a vector dimension divisible by {per_byte}; "
+                    f"{self.root} stores {self.dim}"
+                )
             self.update_config(codes=codes)
         self._centroids.wait()
         self.compact()
