@@ -1,7 +1,7 @@
 """CPU speed option for `ColEncoder`: dynamic int8 quantisation of the linear layers.
 
-Measured with `vrag bench encode` on the real-size ColQwen2 (docs/encoders.md): about 2× less
-CPU time per page, mean cosine 0.989 between fp32 and int8 page vectors. bf16 weights
+Measured with `vrag bench encode` on the real-size ColQwen2 (docs/encoders.md): 2.46× pages/s,
+2.1–2.4× less CPU time per page, mean cosine 0.989 between fp32 and int8 page vectors. bf16 weights
 (``dtype="bfloat16"``) are the other option that passed the 1.3× bar on CPUs with AVX512-BF16;
 bf16 autocast over fp32 weights was slower than bf16 weights and was dropped.
 Torch is imported inside the function so that importing `SPEEDUPS` stays cheap (CLI).
