@@ -352,7 +352,9 @@ def run_retention(
         for d, g in qrels[q].items()
         if g > 0 and d in index
     ]
-    full = score_and_evaluate(corpus, [p.vectors for p in corpus.pages], eval_ids, qrels)
+    # The reference is the uncompressed index as a store keeps it (fp16), so identity scores 1.0.
+    full_vectors, _ = _stored_vectors([p.vectors for p in corpus.pages], "fp16", seed)
+    full = score_and_evaluate(corpus, full_vectors, eval_ids, qrels)
     results = []
     if progress:
         progress("start:compressing + scoring", len(specs) * len(ratios))
