@@ -7,6 +7,7 @@ indexing pipeline behind `add` lives in `vrag_compress.indexing`, the stored set
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from PIL import Image
 from vrag_compress.compress import compressor_for, get_compressor
 from vrag_compress.compress.base import Compressor
 from vrag_compress.defaults import DEFAULT_IMAGE_FORMAT, DEFAULT_IMAGE_MAX_SIDE
-from vrag_compress.encoders.base import Encoder
+from vrag_compress.encoders.base import Encoder, ReadsPageText
+from vrag_compress.encoders.speedups import encoder_options
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
     DEFAULT_BATCH_SIZE,
@@ -52,6 +54,8 @@ from vrag_compress.store.open import (
     write_store_pointer,
 )
 from vrag_compress.version import __version__
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -167,6 +171,8 @@ class VisualIndex:
         image_max_side: int = DEFAULT_IMAGE_MAX_SIDE,
         encoder: Encoder | None = None,
         store: str | None = None,
+        dtype: str = "auto",
+        speedup: str = "none",
     ) -> VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
@@ -176,12 +182,23 @@ class VisualIndex:
         the config records what was used. `store` is None for the embedded store inside the
         folder, or a URL (``qdrant://host:port/collection``, ``qdrant+local://PATH``): the
         vectors then live there and the folder keeps the images, layouts and a pointer to it.
+        `dtype` ("auto", "fp32", "bf16") and `speedup` ("none", "int8": dynamic int8 linear
+        layers on the CPU) trade a little precision for Col* encoding speed; they are recorded
+        and used again whenever the index loads its encoder (`vrag bench encode` measures them).
         """
         path = Path(path)
+        try:
+            options = encoder_options(dtype, speedup)
+        except ValueError as error:
+            raise VisualIndexError(str(error)) from None
         if encoder is None:
             from vrag_compress.encoders import load_encoder
 
-            encoder = load_encoder(model, device=device, batch_size=batch_size)
+            encoder = load_encoder(model, device=device, batch_size=batch_size, **options)
+        elif options and isinstance(encoder, ReadsPageText):
+            raise VisualIndexError(
+                f"dtype/speedup apply to Col* encoders, not {_model_config_name(encoder)}"
+            )
         built = compressor_for(compressor, encoder=encoder, ratio=ratio)
         _check_rebuildable(built)
         config = IndexConfig(
@@ -196,6 +213,7 @@ class VisualIndex:
             dpi=dpi,
             renderer=renderer,
             vrag_version=__version__,
+            encoder_options=options,
         ).to_dict()
         if store is None:
             return cls(path, LocalStore.create(path, config), encoder, device, built)
@@ -287,7 +305,10 @@ class VisualIndex:
             from vrag_compress.encoders import load_encoder
 
             self._encoder = load_encoder(
-                self.model_id, device=self._device, batch_size=self.batch_size
+                self.model_id,
+                device=self._device,
+                batch_size=self.batch_size,
+                **_reopen_options(self.config.encoder_options, self._device),
             )
         return self._encoder
 
@@ -563,6 +584,19 @@ def _outside_module(compressor: Compressor) -> str | None:
     """The module of a compressor class defined outside vrag_compress (recorded in the config)."""
     module = type(compressor).__module__
     return None if module.split(".")[0] == "vrag_compress" else module
+
+
+def _reopen_options(options: dict[str, str], device: str) -> dict[str, str]:
+    """The recorded encoder options for this device: the CPU-only int8 speedup is left out
+    when the encoder lands on a GPU (its vectors are the fp32 ones the index was built to match)."""
+    if "speedup" not in options:
+        return options
+    from vrag_compress.encoders.colpali import pick_device
+
+    if pick_device(device) == "cpu":
+        return options
+    log.info("encoder speedup %s is CPU-only: not used on %s", options["speedup"], device)
+    return {key: value for key, value in options.items() if key != "speedup"}
 
 
 def _encoder_info(encoder: Encoder) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from vrag_compress.defaults import (
     DEFAULT_RATIO,
     DEFAULT_RENDERER,
 )
+from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS
 from vrag_compress.store.centroids import CODES
 
 CONFIG_VERSION = 1
@@ -71,6 +72,8 @@ class IndexConfig:
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
     ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
     "4bit", "2bit"; set by ``vrag optimize INDEX --codes``).
+    ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
+    "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
     """
 
     model_id: str
@@ -85,6 +88,7 @@ class IndexConfig:
     renderer: str = DEFAULT_RENDERER
     vrag_version: str | None = None
     codes: str = "none"
+    encoder_options: dict[str, str] = field(default_factory=dict)
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -108,6 +112,8 @@ class IndexConfig:
             data["compressor_module"] = self.compressor_module
         if self.codes != "none":
             data["codes"] = self.codes
+        if self.encoder_options:
+            data["encoder_options"] = dict(self.encoder_options)
         return data
 
     @classmethod
@@ -143,8 +149,22 @@ class IndexConfig:
                 renderer=str(data.get("renderer", DEFAULT_RENDERER)),
                 vrag_version=data.get("vrag_version"),
                 codes=codes,
+                encoder_options=_encoder_options(data.get("encoder_options") or {}),
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )
         except (TypeError, ValueError) as exc:
             raise IndexConfigError(f"index config is invalid: {exc}") from exc
+
+
+def _encoder_options(options: Any) -> dict[str, str]:
+    """Check the recorded encoder options (a crafted or hand-edited config fails clearly)."""
+    allowed = {"dtype": set(DTYPES.values()), "speedup": set(SPEEDUPS)}
+    if not isinstance(options, dict) or any(
+        options[key] not in allowed.get(key, ()) for key in options
+    ):
+        raise IndexConfigError(
+            f"index config 'encoder_options' must map dtype to one of {sorted(allowed['dtype'])} "
+            f"and speedup to one of {list(SPEEDUPS)}; got {options!r}"
+        )
+    return dict(options)

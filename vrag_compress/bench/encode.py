@@ -20,9 +20,8 @@ import typer
 
 from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.capture import _reset_peak, _rss_mb
-from vrag_compress.encoders.speedups import SPEEDUPS
+from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 ROW_KEYS = (
     "model",
     "params_m",

@@ -135,6 +135,16 @@ def index(
         None, help="SAP layer-window profile JSON written by `vrag calibrate`."
     ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
+    dtype: str = typer.Option(
+        "auto",
+        help="Col* encoder weights: auto (bf16 on GPUs, fp32 on the CPU), fp32 or bf16 "
+        "(about 2x faster on CPUs with bf16 support). Recorded in the index.",
+    ),
+    speedup: str = typer.Option(
+        "none",
+        help="Col* CPU encoding option: none or int8 (dynamic int8 linear layers, about 2.5x "
+        "faster, page vectors within cosine 0.99). Recorded in the index.",
+    ),
     batch_size: int = typer.Option(
         DEFAULT_BATCH_SIZE, help="Pages per encode/compress/commit batch."
     ),
@@ -163,12 +173,13 @@ def index(
     """Index files into a compressed multi-vector index (re-running skips unchanged files;
     Ctrl-C keeps the committed pages and a re-run resumes)."""
     page_ocr = _page_ocr(ocr)
-    from vrag_compress.encoders import ModelNotFoundError
+    from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
     from vrag_compress.index import VisualIndex
 
     extra = parse_pairs(metadata, "--metadata")
     check_choice(renderer, RENDERERS, "--renderer")
     compressor = _compressor(*parse_method(method, param), check_ratio(ratio), profile)
+    encoder_options = _encoder_options(dtype, speedup, model)
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise typer.BadParameter(
@@ -182,7 +193,12 @@ def index(
             )
             _warn_ignored(ctx, vindex)
         else:
-            encoder = _auto_encoder(device, batch_size) if model == "auto" else None
+            encoder = None
+            if model == "auto":
+                encoder = _auto_encoder(device, batch_size, encoder_options)
+            if encoder_options and isinstance(encoder, ReadsPageText):  # auto chose MiniLM
+                err.print("[yellow]warning:[/] --dtype/--speedup ignored: MiniLM runs in fp32")
+                dtype, speedup = "auto", "none"
             vindex = VisualIndex.create(
                 index_dir,
                 model=model,
@@ -196,6 +212,8 @@ def index(
                 store_images=not no_images,
                 image_max_side=image_max_side,
                 store=store,
+                dtype=dtype,
+                speedup=speedup,
             )
         with vindex:
             before = vindex.store.count()
@@ -258,13 +276,30 @@ def _stopped_by_full_disk(vindex: Any, committed: int, json_out: bool) -> None:
     fail(message)
 
 
-def _auto_encoder(device: str, batch_size: int) -> Any:
+def _auto_encoder(device: str, batch_size: int, options: dict[str, str]) -> Any:
     """`--model auto`: load the best encoder available here and say which one and why."""
     from vrag_compress.encoders import load_auto_encoder
 
-    encoder, reason = load_auto_encoder(device=device, batch_size=batch_size)
+    encoder, reason = load_auto_encoder(device=device, batch_size=batch_size, **options)
     err.print(f"[bold]encoder:[/] {escape(encoder.model_id)} ({escape(reason)})")
     return encoder
+
+
+def _encoder_options(dtype: str, speedup: str, model: str) -> dict[str, str]:
+    """--dtype/--speedup checked as usage (exit 2) before any model loads."""
+    from vrag_compress.encoders.select import is_text_model
+    from vrag_compress.encoders.speedups import encoder_options
+
+    try:
+        options = encoder_options(dtype, speedup)
+    except ValueError as error:
+        hint = "--speedup" if "speedup" in str(error) else "--dtype"
+        raise typer.BadParameter(str(error), param_hint=hint) from error
+    if options and is_text_model(model):
+        raise typer.BadParameter(
+            f"--dtype/--speedup apply to Col* models; {model} runs in fp32", param_hint="--model"
+        )
+    return options
 
 
 def _explicit(ctx: typer.Context, name: str) -> bool:
@@ -286,6 +321,8 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
             "image_max_side",
             "dpi",
             "renderer",
+            "dtype",
+            "speedup",
         )
         if _explicit(ctx, name)
     ]

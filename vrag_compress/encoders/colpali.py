@@ -303,7 +303,7 @@ class ColEncoder:
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "device": self.device,
             "tiny_random": self.is_tiny,
-        }
+        } | ({"speedup": self.speedup} if self.speedup != "none" else {})
 
     # ---- pages -------------------------------------------------------------------------------
 

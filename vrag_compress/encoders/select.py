@@ -41,6 +41,11 @@ def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: A
     if is_text_model(name):
         from vrag_compress.encoders.text_pages import PageTextEncoder
 
+        col_only = sorted(k for k in ("dtype", "speedup") if options.get(k) not in (None, "none"))
+        if col_only:
+            raise EncoderLoadError(
+                f"{', '.join(col_only)} apply to Col* models only; {name} runs in float32"
+            )
         return PageTextEncoder(name, device=device)
     from vrag_compress.encoders.colpali import load_encoder as load_col_encoder
 

@@ -16,6 +16,24 @@ if TYPE_CHECKING:
     import torch
 
 SPEEDUPS = ("none", "int8")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+"""Short dtype names (CLI, benchmarks) -> torch dtype names (`load_encoder(dtype=...)`)."""
+
+
+def encoder_options(dtype: str = "auto", speedup: str = "none") -> dict[str, str]:
+    """The non-default Col* encoder options an index records, from short names.
+
+    ``dtype``: "auto" (bfloat16 on GPUs, float32 on the CPU), "fp32" or "bf16";
+    ``speedup``: "none" or "int8" (float32 weights only). Raises ValueError on anything else.
+    """
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto, {' or '.join(DTYPES)}; got {dtype!r}")
+    if speedup not in SPEEDUPS:
+        raise ValueError(f"speedup must be one of {', '.join(SPEEDUPS)}; got {speedup!r}")
+    if speedup != "none" and dtype == "bf16":
+        raise ValueError(f"speedup {speedup} quantises float32 weights; not usable with bf16")
+    options = {"dtype": DTYPES[dtype]} if dtype != "auto" else {}
+    return options | ({"speedup": speedup} if speedup != "none" else {})
 
 
 def quantize_linears_int8(model: torch.nn.Module) -> torch.nn.Module:
