@@ -113,6 +113,17 @@ def test_a_missing_input_is_refused_before_anything_is_created(tmp_path: Path) -
     assert not (tmp_path / "idx").exists()
 
 
+def test_error_messages_are_not_wrapped_whatever_the_path_length(tmp_path: Path) -> None:
+    # the console used to break lines at 80 columns, inside paths and phrases, depending on how
+    # long the temporary folder's name was
+    for depth in range(1, 6):
+        missing = tmp_path.joinpath(*["a-folder-name"] * depth, "idx")
+        result = run("info", missing)
+        assert result.exit_code == 1
+        hint = f"(create one with `vrag index ... --index {missing}`)"
+        assert result.output == f"error: {missing}: no index here {hint}\n"
+
+
 # ----------------------------------------------------------------------- version and help
 def test_version() -> None:
     result = run("--version")

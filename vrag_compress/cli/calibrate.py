@@ -14,7 +14,7 @@ from vrag_compress.cli.app import app, bench_app  # noqa: F401
 from vrag_compress.progress import task_progress
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages keep whole paths on one line
 
 
 @app.command("calibrate")

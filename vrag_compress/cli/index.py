@@ -50,7 +50,7 @@ EXIT_INTERRUPTED = 130
 __all__ = ["parse_pairs", "parse_value", "snippet"]  # kept importable from here
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages keep whole paths on one line
 
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
 

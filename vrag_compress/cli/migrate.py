@@ -20,7 +20,7 @@ from vrag_compress.cli.app import app
 from vrag_compress.progress import task_progress
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages keep whole paths on one line
 
 
 def resolve_target(target: str) -> str:
