@@ -130,6 +130,27 @@ def test_info_verify_show_delete(cli_index: Path, tmp_path: Path):
     assert run("optimize", copy, "--codes", "3bit")[0] == 2
 
 
+def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
+    """`--codes 2bit --no-fp16` keeps no fp16 rows: search, verify and info work on the codes."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi.pdf")
+    path = tmp_path / "small"
+    base = ["index", folder, "--index", path, "--model", "tiny-colqwen2", "--json"]
+    assert run(*base, "--no-fp16")[0] == 2  # codes none cannot rerank without fp16
+    code, stdout = run(*base, "--codes", "2bit", "--no-fp16")
+    assert code == 0, stdout
+    assert not any((path / "segments").iterdir())  # no fp16 rows were written
+    code, stdout = run("info", path, "--json")
+    info = json.loads(stdout)
+    assert info["pages"] >= 2 and info["candidate_index"]["codes"] == "2bit"
+    assert info["candidate_index"]["bytes_per_page"] > 0
+    code, stdout = run("search", path, "page", "--json")
+    assert code == 0 and json.loads(stdout)["hits"], stdout
+    assert json.loads(run("verify", path, "--json")[1])["ok"] is True
+    assert run("optimize", path, "--codes", "none")[0] != 0  # would drop the only copy
+
+
 def test_missing_index_and_partial_failure_exit_codes(tmp_path: Path, shared_data: Path):
     code, _ = run("search", tmp_path / "nope", "q")
     assert code == 1

@@ -1,7 +1,9 @@
 """Store API: CRUD, exact vs brute force, two-stage recall, filters, validation, locks.
 
-The behavioural tests run on both backends (`backend` fixture): the embedded `LocalStore` and
-the `QdrantStore` in Qdrant's local mode; kernel, recall, compaction and lock tests are embedded.
+The behavioural tests run on both backends (`backend` fixture): the embedded `LocalStore` (with
+fp16 vectors, and without them: "embedded-codes" keeps only centroid + 4-bit residual codes and
+scores the decoded vectors) and the `QdrantStore` in Qdrant's local mode; kernel, recall,
+compaction and lock tests are embedded.
 """
 
 from __future__ import annotations
@@ -62,17 +64,23 @@ def make_pages(n: int, seed: int = 0, prefix: str = "p") -> list[PageRecord]:
     ]
 
 
-def brute_force(query: np.ndarray, pages: list[PageRecord], k: int) -> list[tuple[str, float]]:
-    """Reference ranking: per-page `maxsim` over the fp16-rounded vectors the store keeps."""
-    scored = [
-        (p.page_id, maxsim(query, p.vectors.astype(np.float16).astype(np.float32))) for p in pages
-    ]
+def brute_force(
+    query: np.ndarray, pages: list[PageRecord], k: int, store=None
+) -> list[tuple[str, float]]:
+    """Reference ranking: per-page `maxsim` over the vectors the store keeps: fp16-rounded, or
+    (a store without fp16 vectors) decoded from its codes, as `get` returns them."""
+    if store is not None and store.config.get("fp16", True) is False:
+        kept = {r.page_id: r.vectors for r in store.get([p.page_id for p in pages])}
+    else:
+        kept = {p.page_id: p.vectors.astype(np.float16).astype(np.float32) for p in pages}
+    scored = [(p.page_id, maxsim(query, kept[p.page_id])) for p in pages]
     return sorted(scored, key=lambda t: (-t[1], t[0]))[:k]
 
 
 HAS_QDRANT = importlib.util.find_spec("qdrant_client") is not None
 BACKENDS = [
     "embedded",
+    "embedded-codes",
     pytest.param(
         "qdrant",
         marks=pytest.mark.skipif(
@@ -85,9 +93,14 @@ BACKENDS = [
 
 def store_target(tmp_path, backend: str):
     """Where a test store lives: a folder (embedded) or a Qdrant local-mode URL."""
-    if backend == "embedded":
+    if backend.startswith("embedded"):
         return tmp_path / "store"
     return f"qdrant+local://{tmp_path / 'qdrant'}?collection=store"
+
+
+def config_for(backend: str) -> dict:
+    """The test config; "embedded-codes" keeps no fp16 vectors, only 4-bit residual codes."""
+    return {**CONFIG, "codes": "4bit", "fp16": False} if backend == "embedded-codes" else CONFIG
 
 
 @pytest.fixture(params=BACKENDS)
@@ -97,14 +110,14 @@ def backend(request):
 
 @pytest.fixture
 def store(tmp_path, backend):
-    s = create_store(store_target(tmp_path, backend), CONFIG)
+    s = create_store(store_target(tmp_path, backend), config_for(backend))
     yield s
     s.close()
 
 
 def test_protocol_and_config_roundtrip(store, tmp_path, backend):
     assert isinstance(store, MultiVectorStore)
-    assert store.config == CONFIG
+    assert store.config == config_for(backend)
     store.update_config(calibration={"window": [11, 14]})
     store.close()
     with open_store(store_target(tmp_path, backend), readonly=True) as again:
@@ -141,7 +154,12 @@ def test_add_get_count_documents(store):
     assert store.count() == 20
     got = store.get(["p0003", "p0001"])
     assert [g.page_id for g in got] == ["p0003", "p0001"]
-    np.testing.assert_array_equal(got[1].vectors, pages[1].vectors.astype(np.float16))
+    if store.config.get("fp16", True):
+        np.testing.assert_array_equal(got[1].vectors, pages[1].vectors.astype(np.float16))
+    else:  # decoded from centroid + residual codes: the same shape, close in direction
+        assert got[1].vectors.shape == pages[1].vectors.shape
+        cos = (got[1].vectors * pages[1].vectors).sum(1) / np.linalg.norm(got[1].vectors, axis=1)
+        assert cos.min() > 0.8
     assert got[0].metadata == pages[3].metadata and got[0].text == "text 3"
     assert got[0].image_ref == "img/3.png" and got[0].vectors.dtype == np.float32
     docs = {d.doc_id: d for d in store.documents()}
@@ -181,7 +199,7 @@ def test_upsert_delete_compact(store, backend):
     assert store.delete(doc_id="doc3") == 3
     assert store.document("doc3") is None
     before = store.verify()
-    assert before.ok and (before.dead_bytes > 0 or backend != "embedded")
+    assert before.ok and (before.dead_bytes > 0 or not backend.startswith("embedded"))
     q = unit(np.random.default_rng(9), 4)
     ranking = [(r.page_id, r.score) for r in store.search(q, k=20)]
     store.compact()
@@ -204,7 +222,7 @@ def test_exact_search_equals_brute_force(store, clustered):
         queries = [unit(rng, int(rng.integers(1, 8))) for _ in range(5)]
     store.add(pages)
     for q in queries:
-        expected = brute_force(q, pages, 10)
+        expected = brute_force(q, pages, 10, store)
         got = store.search(q, k=10, mode="exact")
         assert [r.page_id for r in got] == [e[0] for e in expected]
         np.testing.assert_allclose([r.score for r in got], [e[1] for e in expected], rtol=1e-5)
@@ -320,7 +338,7 @@ def test_filters_applied_before_scoring(store, backend, spec, pred):
     allowed = [p for p in pages if pred({**p.metadata, "doc_id": p.doc_id, "page_no": p.page_no})]
     for mode in ("exact", "two_stage"):
         got = store.search(q, k=8, filter=spec, mode=mode)
-        assert [r.page_id for r in got] == [e[0] for e in brute_force(q, allowed, 8)]
+        assert [r.page_id for r in got] == [e[0] for e in brute_force(q, allowed, 8, store)]
 
 
 def test_bad_filters_and_queries(store):

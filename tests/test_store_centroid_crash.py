@@ -1,5 +1,6 @@
 """kill -9 while the candidate index trains, assigns new pages, or is rewritten by compaction:
-the next writer finds the last committed index, no orphan files, and exact-matching results."""
+the next writer finds the last committed index, no orphan files, and exact-matching results;
+with fp16 vectors and without them (the index's 2-bit codes are then the only copy)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ CHILD = textwrap.dedent(
     elif point == "assign":
         die_after(cand.CandidateIndex, "append")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
+    elif point == "first_add":  # a store without fp16 vectors trains in its first write
+        die_after(cand, "train")
+        store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "merge":
         store.delete(page_ids=["p0001", "p0002"])
         die_after(cand.CandidateIndex, "merge")
@@ -67,10 +71,11 @@ def vectors(i: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.fixture
-def store_path(tmp_path) -> Path:
+@pytest.fixture(params=["fp16", "codes"])
+def store_path(tmp_path, request) -> Path:
     path = tmp_path / "s.vrag"
-    with LocalStore.create(path, CONFIG, **OPTIONS) as store:
+    config = CONFIG if request.param == "fp16" else {**CONFIG, "codes": "2bit", "fp16": False}
+    with LocalStore.create(path, config, **OPTIONS) as store:
         store.add([PageRecord(f"p{i:04d}", "d", 1, vectors(i)) for i in range(200)])
         store.optimize()
     return path
@@ -101,3 +106,21 @@ def test_kill_during_index_work_leaves_a_consistent_store(store_path, point):
                 h.page_id for h in store.search(q, k=3, mode="exact")
             ]
         assert "new0" not in store.page_ids()
+
+
+def test_kill_during_the_first_write_of_a_store_without_fp16(tmp_path):
+    """The first write trains the codes inside its transaction: killed there, nothing commits."""
+    path = tmp_path / "codes.vrag"
+    LocalStore.create(path, {**CONFIG, "codes": "2bit", "fp16": False}, **OPTIONS).close()
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), "first_add"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == -9, run.stdout + run.stderr
+    with LocalStore.open(path, **OPTIONS) as store:
+        assert store.verify().ok and store.count() == 0 and store.index_info() is None
+        assert not any((path / INDEX_DIR).iterdir())  # the uncommitted files were removed
+        store.add([PageRecord("a", "d", 1, vectors(7))])
+        assert store.search(vectors(7)[:3], k=1)[0].page_id == "a"

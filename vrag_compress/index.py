@@ -173,6 +173,8 @@ class VisualIndex:
         store: str | None = None,
         dtype: str = "auto",
         speedup: str = "none",
+        codes: str = "none",
+        fp16: bool = True,
     ) -> VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
@@ -185,12 +187,20 @@ class VisualIndex:
         `dtype` ("auto", "fp32", "bf16") and `speedup` ("none", "int8": dynamic int8 linear
         layers on the CPU) trade a little precision for Col* encoding speed; they are recorded
         and used again whenever the index loads its encoder (`vrag bench encode` measures them).
+        `codes` ("none", "4bit", "2bit") are the residual codes the candidate index keeps per
+        vector; ``fp16=False`` (embedded store, with 4bit or 2bit codes) keeps only those codes
+        and no fp16 vectors: an index several times smaller that reranks on decoded vectors.
         """
         path = Path(path)
         try:
             options = encoder_options(dtype, speedup)
         except ValueError as error:
             raise VisualIndexError(str(error)) from None
+        if not fp16 and (codes not in ("4bit", "2bit") or store is not None):
+            raise VisualIndexError(
+                "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
+                f"codes={codes!r}, store={store!r})"
+            )
         if encoder is None:
             from vrag_compress.encoders import load_encoder
 
@@ -214,6 +224,8 @@ class VisualIndex:
             renderer=renderer,
             vrag_version=__version__,
             encoder_options=options,
+            codes=codes,
+            fp16=fp16,
         ).to_dict()
         if store is None:
             return cls(path, LocalStore.create(path, config), encoder, device, built)

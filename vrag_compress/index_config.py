@@ -71,7 +71,8 @@ class IndexConfig:
     package, so an index opened before that module is imported can say what to import.
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
     ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
-    "4bit", "2bit"; set by ``vrag optimize INDEX --codes``).
+    "4bit", "2bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
+    keeps no fp16 vectors at all (searches rerank the decoded codes; fixed at creation).
     ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
     "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
     """
@@ -89,6 +90,7 @@ class IndexConfig:
     vrag_version: str | None = None
     codes: str = "none"
     encoder_options: dict[str, str] = field(default_factory=dict)
+    fp16: bool = True
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -114,6 +116,8 @@ class IndexConfig:
             data["codes"] = self.codes
         if self.encoder_options:
             data["encoder_options"] = dict(self.encoder_options)
+        if not self.fp16:
+            data["fp16"] = False
         return data
 
     @classmethod
@@ -150,6 +154,7 @@ class IndexConfig:
                 vrag_version=data.get("vrag_version"),
                 codes=codes,
                 encoder_options=_encoder_options(data.get("encoder_options") or {}),
+                fp16=data.get("fp16", True) is not False,
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )

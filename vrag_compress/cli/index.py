@@ -168,6 +168,18 @@ def index(
         help="Page text by OCR: auto (pages without a text layer), always, never. "
         "Needs the [ocr] extra.",
     ),
+    codes: str = typer.Option(
+        "none",
+        "--codes",
+        help="Residual codes the candidate index keeps per vector: none, 4bit or 2bit "
+        "(new index only).",
+    ),
+    fp16: bool = typer.Option(
+        True,
+        "--fp16/--no-fp16",
+        help="--no-fp16 keeps only the --codes (4bit or 2bit), no fp16 vectors: a smaller "
+        "index whose searches rerank decoded vectors (new embedded index only).",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Index files into a compressed multi-vector index (re-running skips unchanged files;
@@ -178,6 +190,12 @@ def index(
 
     extra = parse_pairs(metadata, "--metadata")
     check_choice(renderer, RENDERERS, "--renderer")
+    check_choice(codes, ("none", "4bit", "2bit"), "--codes")
+    if not fp16 and (codes == "none" or store is not None):
+        raise typer.BadParameter(
+            "needs --codes 4bit or 2bit and the embedded store (no --store)",
+            param_hint="--no-fp16",
+        )
     compressor = _compressor(*parse_method(method, param), check_ratio(ratio), profile)
     encoder_options = _encoder_options(dtype, speedup, model)
     missing = [str(p) for p in paths if not p.exists()]
@@ -214,6 +232,8 @@ def index(
                 store=store,
                 dtype=dtype,
                 speedup=speedup,
+                codes=codes,
+                fp16=fp16,
             )
         with vindex:
             before = vindex.store.count()
@@ -323,6 +343,8 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
             "renderer",
             "dtype",
             "speedup",
+            "codes",
+            "fp16",
         )
         if _explicit(ctx, name)
     ]

@@ -333,11 +333,19 @@ class CandidateIndex:
 
     def decode(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Approximate float32 tokens of the given slots (residual codes) and their bounds."""
+        rows, bounds = gather_pages(self.slot_bounds, np.asarray(slots, dtype=np.int64))
+        return self.decode_rows(rows), bounds
+
+    def decode_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Approximate float32 tokens ``[len(rows), D]`` of token rows (base rows first, then
+        the tails') from their centroid and residual codes."""
         base_resid, tail_resid = self.base.resid, self.tail.resid
         if self.codec is None or base_resid is None or tail_resid is None:
             raise ValueError("this candidate index keeps no residual codes")
-        rows, bounds = gather_pages(self.slot_bounds, np.asarray(slots, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
         n_base = int(self.base.bounds[-1])
+        if len(rows) and rows.max() < n_base:  # the common case: one gather, no masks
+            return self.codec.decode(base_resid[rows], self.base.codes[rows], self.centroids)
         in_base = rows < n_base
         codes = np.empty(len(rows), dtype=np.int64)
         packed = np.empty((len(rows), self.codec.bytes_per_token), dtype=np.uint8)
@@ -346,7 +354,17 @@ class CandidateIndex:
         if (~in_base).any():
             codes[~in_base] = self.tail.codes[rows[~in_base] - n_base]
             packed[~in_base] = tail_resid[rows[~in_base] - n_base]
-        return self.codec.decode(packed, codes, self.centroids), bounds
+        return self.codec.decode(packed, codes, self.centroids)
+
+    def slots_of(self, pids: np.ndarray) -> np.ndarray:
+        """The slot of each pid (its newest when several hold it); -1 where none does."""
+        pids = np.asarray(pids, dtype=np.int64)
+        order = np.argsort(self.slot_pids, kind="stable")
+        sorted_pids = self.slot_pids[order]
+        # the last slot of equal pids is the newest (tails are appended in write order)
+        idx = np.searchsorted(sorted_pids, pids, side="right") - 1
+        ok = (idx >= 0) & (sorted_pids[np.maximum(idx, 0)] == pids) if len(order) else idx < -1
+        return np.where(ok, order[np.maximum(idx, 0)] if len(order) else -1, -1)
 
     # ----------------------------------------------------------------- changes
 
@@ -404,3 +422,26 @@ def _concat(parts: list[_Part], with_resid: bool, width: int) -> _Part:
         np.concatenate([p.codes for p in parts]),
         resid,
     )
+
+
+class CodedTokens:
+    """The token matrix of some pages rebuilt from their codes on demand: what a store without
+    fp16 vectors searches. Indexing with a slice or row indices decodes just those rows, so an
+    exact search decodes one chunk at a time and a rerank only its candidates."""
+
+    def __init__(self, index: CandidateIndex, slots: np.ndarray):
+        self.index = index
+        self.rows, self.bounds = gather_pages(index.slot_bounds, np.asarray(slots, np.int64))
+        self.dtype = np.dtype(np.float32)
+        self.shape = (len(self.rows), int(index.centroids.shape[1]))
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.index.decode_rows(self.rows[key])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)

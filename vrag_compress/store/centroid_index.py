@@ -16,6 +16,11 @@ in the same transaction as the pages it describes, after the files it names were
 
 Pages that no index part covers (written by an older version, or while no index existed) are
 always reranked, so the index never hides a page.
+
+In a store without fp16 vectors the index is the only copy of the vectors: the first write
+trains it on its own pages (synchronously, in its transaction), searches and `get` decode the
+residual codes, and a retrain re-encodes decoded vectors (so a first batch of representative
+size gives the best codes).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import numpy as np
 from vrag_compress.store import candidates as cand
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import centroids as cz
-from vrag_compress.store.base import StoreError
+from vrag_compress.store import segments as seg
+from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
 
 log = logging.getLogger(__name__)
@@ -140,13 +146,19 @@ class CentroidIndexes:
     ) -> None:
         """Inside the writer's transaction: assign new pages to the existing centroids."""
         manifest = self.manifest(conn)
-        if manifest is None or not page_ids:
+        if not page_ids or (manifest is None and self.ctx.fp16):
             return
-        index = self._open(manifest)
-        assert index is not None
         pid_of = dict(cat.pages_by_id(conn, page_ids, "page_id, pid"))
         pids = np.array([pid_of[p] for p in page_ids], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
+        if manifest is None:  # no fp16 rows: the codes are the only copy, so train right now
+            first = cand.train(
+                self.ctx.root, pids, bounds, np.concatenate(vectors), codes=self.ctx.codes
+            )
+            cat.write_meta(conn, META_KEY, first)
+            return
+        index = self._open(manifest)
+        assert index is not None
         appended = cand.CandidateIndex.open(
             self.ctx.root, index.append(pids, bounds, np.concatenate(vectors))
         )
@@ -224,10 +236,47 @@ class CentroidIndexes:
         self, conn: sqlite3.Connection, index: cand.CandidateIndex, pids: np.ndarray
     ) -> dict[str, Any]:
         rows = cat.pages_by_pid(conn, pids.tolist(), "pid, segment_id, row_offset, n_vectors")
-        seg_rows = cat.segment_rows(conn)
-        vectors = [self.ctx.vectors(s, seg_rows[s], off, n) for _, s, off, n in rows]
+        vectors = self.page_vectors(conn, rows)
         bounds = np.concatenate([[0], np.cumsum([r[3] for r in rows])]).astype(np.int64)
         return index.append(np.array([r[0] for r in rows]), bounds, np.concatenate(vectors))
+
+    def page_vectors(self, conn: sqlite3.Connection, rows: list[tuple]) -> list[np.ndarray]:
+        """Vectors of pages given as ``(pid, segment_id, row_offset, n_vectors)`` rows: the
+        stored fp16 rows, or for pages without them the committed index's decoded codes."""
+        seg_rows = cat.segment_rows(conn)
+        coded = [r[0] for r in rows if r[1] == seg.NO_SEGMENT]
+        decoded: dict[int, np.ndarray] = {}
+        if coded:
+            tokens = self.coded_tokens(conn, np.array(coded, dtype=np.int64))
+            assert isinstance(tokens, cand.CodedTokens)
+            flat, b = tokens[:], tokens.bounds
+            decoded = {p: flat[b[i] : b[i + 1]] for i, p in enumerate(coded)}
+        return [
+            decoded[p] if s == seg.NO_SEGMENT else self.ctx.vectors(s, seg_rows[s], off, n)
+            for p, s, off, n in rows
+        ]
+
+    def coded_tokens(
+        self, conn: sqlite3.Connection, pids: np.ndarray
+    ) -> cand.CodedTokens | np.ndarray:
+        """The decoded-on-demand token matrix of these pages (in this order) from the index
+        committed as of ``conn``'s transaction; a page it lacks means a damaged store."""
+        index = self._open(self.manifest(conn))
+        if index is None:
+            if len(pids):
+                raise StoreCorruptError(
+                    str(self.ctx.root / cand.INDEX_DIR),
+                    f"{len(pids)} pages keep no fp16 vectors and there is no candidate index",
+                )
+            return np.empty((0, self.ctx.dim), dtype=np.float32)
+        slots = index.slots_of(pids)
+        if (slots < 0).any():
+            raise StoreCorruptError(
+                str(self.ctx.root / cand.INDEX_DIR),
+                f"{int((slots < 0).sum())} pages without fp16 vectors are missing from the "
+                "candidate index",
+            )
+        return cand.CodedTokens(index, slots)
 
     def train_in_background(self, snapshot: Callable[[], Any], codes: str) -> bool:
         """Start `train` on a fresh snapshot in a daemon thread unless one runs (False then)."""
@@ -254,8 +303,16 @@ class CentroidIndexes:
     # ----------------------------------------------------------------- integrity
 
     def verify(self, conn: sqlite3.Connection) -> list[str]:
+        """The index files' problems; without fp16 vectors also every page the index lacks."""
         manifest = self.manifest(conn)
-        return [] if manifest is None else cand.verify_files(self.ctx.root, manifest)
+        problems = [] if manifest is None else cand.verify_files(self.ctx.root, manifest)
+        coded = [r[0] for r in cat.snapshot_pages(conn) if r[1] == seg.NO_SEGMENT]
+        if coded and not problems:
+            try:
+                self.coded_tokens(conn, np.array(coded, dtype=np.int64))
+            except StoreCorruptError as exc:
+                problems.append(str(exc))
+        return problems
 
     def describe(self, n_pages: int) -> dict[str, Any] | None:
         """Parameters and size of the committed index (None without one)."""
@@ -273,6 +330,7 @@ class CentroidIndexes:
             "indexed_pages": index.n_slots,
             "tail_parts": len(m["tails"]),
             "bytes": index.nbytes(),
+            "bytes_per_page": round(index.nbytes() / max(index.n_slots, 1), 1),
             "retrain_at_tokens": int(m["trained_tokens"]) * cz.RETRAIN_GROWTH,
         }
 

@@ -44,6 +44,10 @@ class StoreContext:
     options: StoreOptions
     catalog: Catalog
     dim: int = 0
+    # from the config: False keeps no fp16 rows (vectors live only as the candidate index's
+    # centroid + residual codes, which are then ``codes``)
+    fp16: bool = True
+    codes: str = "none"
     maps: seg.SegmentMaps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -57,6 +61,11 @@ class StoreContext:
     def vectors(self, seg_id: int, committed_rows: int, offset: int, n: int) -> np.ndarray:
         """A page's stored fp16 vectors (a view into the segment's memory map)."""
         return self.maps.rows(seg_id, committed_rows, self.dim)[offset : offset + n]
+
+    def set_config(self, config: dict) -> None:
+        """Take the vector layout from the store's config."""
+        self.fp16 = config.get("fp16", True) is not False
+        self.codes = str(config.get("codes", "none"))
 
     def segment_path(self, seg_id: int) -> Path:
         return seg.segment_path(self.root, seg_id)

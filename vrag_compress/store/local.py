@@ -55,11 +55,13 @@ from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.validate import (
+    StoreInputError,
     check_config,
     check_dim,
     check_expect,
     check_id,
     check_ids,
+    check_layout,
     check_missing,
 )
 from vrag_compress.store.writer import PageWriter
@@ -130,13 +132,14 @@ class LocalStore:
         self._ctx = StoreContext(
             root, options, cat.Catalog(root / cat.CATALOG_NAME, readonly=readonly)
         )
-        self._snapshots = Snapshots(self._ctx)
         self._centroids = CentroidIndexes(self._ctx)
+        self._snapshots = Snapshots(self._ctx, self._centroids.coded_tokens)
         self._writer = PageWriter(self._ctx, self._centroids)
         self._searcher = Searcher(self._ctx, self._snapshots, self._centroids)
         try:
             self._meta = cat.load_meta(self._ctx.catalog)
             self._ctx.dim = check_dim(self._meta["config"])
+            self._ctx.set_config(self._meta["config"])
             if not readonly:
                 integrity.recover(self._ctx)
                 self._centroids.remove_orphans()
@@ -158,6 +161,7 @@ class LocalStore:
         name in one atomic step, so a crash leaves no store (only leftovers that the next create
         clears), and of several processes creating one store at once exactly one succeeds."""
         config = check_config(config)
+        check_layout(config)
         root = Path(path)
         if root.exists() and (not root.is_dir() or not is_empty_or_leftover(root)):
             raise StoreExistsError(f"{root} already exists and is not an empty directory")
@@ -260,6 +264,11 @@ class LocalStore:
     def update_config(self, **changes: Any) -> None:
         """Merge ``changes`` into the stored config (``dim`` cannot change once pages exist)."""
         new = check_config({**self._meta["config"], **changes})
+        check_layout(new)
+        if new.get("fp16", True) != self._meta["config"].get("fp16", True):
+            raise StoreError(
+                f"fp16 of {self.root} is fixed when the store is created; create a new store"
+            )
         with self._ctx.catalog.write() as conn:
             if new["dim"] != self.dim and cat.count_pages(conn) > 0:
                 raise StoreError(
@@ -268,6 +277,7 @@ class LocalStore:
             cat.write_meta(conn, "config", new)
         self._meta["config"] = new
         self._ctx.dim = new["dim"]
+        self._ctx.set_config(new)
 
     def _check_expect(self, expect: dict[str, Any]) -> None:
         check_expect(str(self.root), self._meta["config"], expect)
@@ -307,18 +317,31 @@ class LocalStore:
         ids = check_ids(page_ids)
         check_missing(missing)
         with self._ctx.catalog.read() as conn:
-            rows = cat.pages_by_id(conn, ids, cat.RECORD)
+            rows = cat.pages_by_id(conn, ids, "pid, " + cat.RECORD)
             seg_rows = cat.segment_rows(conn)
-        found = {r[0]: r for r in rows}
+            coded = [r for r in rows if r[7] == seg.NO_SEGMENT]
+            decoded = dict(
+                zip(
+                    [r[0] for r in coded],
+                    self._centroids.page_vectors(conn, [(r[0], r[7], r[8], r[9]) for r in coded]),
+                    strict=True,
+                )
+            )
+        found = {r[1]: r for r in rows}
         absent = [i for i in ids if i not in found]
         if absent and missing == "error":
             raise PageNotFoundError(f"{len(absent)} page ids not in {self.root}: {absent[:5]}")
-        return [self._record(found[i], seg_rows) for i in ids if i in found]
+        return [self._record(found[i], seg_rows, decoded) for i in ids if i in found]
 
-    def _record(self, row: tuple, seg_rows: dict[int, int]) -> PageRecord:
-        page_id, doc_id, page_no, meta, image_ref, text, seg_id, off, n, vcrc = row
-        vec = self._ctx.vectors(seg_id, seg_rows[seg_id], off, n)
-        if seg.vectors_crc(vec) != vcrc:
+    def _record(
+        self, row: tuple, seg_rows: dict[int, int], decoded: dict[int, np.ndarray]
+    ) -> PageRecord:
+        """A page as stored (without fp16 vectors: decoded from its codes)."""
+        pid, page_id, doc_id, page_no, meta, image_ref, text, seg_id, off, n, vcrc = row
+        vec = decoded.get(pid)
+        if vec is None:
+            vec = self._ctx.vectors(seg_id, seg_rows[seg_id], off, n)
+        if pid not in decoded and seg.vectors_crc(vec) != vcrc:
             raise StoreCorruptError(
                 str(self._ctx.segment_path(seg_id)), f"checksum mismatch for page {page_id!r}"
             )
@@ -394,12 +417,10 @@ class LocalStore:
         if codes is not None:
             if codes not in CODES:
                 raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
-            per_byte = {"4bit": 2, "2bit": 4}.get(codes, 1)
-            if self.dim % per_byte:
-                raise StoreError(
-                    f"{codes} codes need a vector dimension divisible by {per_byte}; "
-                    f"{self.root} stores {self.dim}"
-                )
+            try:
+                check_layout({**self._meta["config"], "codes": codes})
+            except StoreInputError as exc:
+                raise StoreError(f"{self.root}: {exc}") from None
             self.update_config(codes=codes)
         self._centroids.wait()
         self.compact()

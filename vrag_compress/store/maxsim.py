@@ -74,7 +74,9 @@ def maxsim_scores(
     out = np.empty((len(queries), n_pages), dtype=np.float32)
     if n_pages == 0:
         return out
-    chunks = page_chunks(bounds, chunk_tokens or auto_chunk(len(q), tokens.dtype))
+    # tokens decoded on demand (no fp16 store) are chunked like fp16: one chunk's fp32 at a time
+    dtype = tokens.dtype if isinstance(tokens, np.ndarray) else np.dtype(np.float16)
+    chunks = page_chunks(bounds, chunk_tokens or auto_chunk(len(q), dtype))
 
     def run(chunk: tuple[int, int]) -> None:
         out[:, chunk[0] : chunk[1]] = _score_chunk(q, q_starts, tokens, bounds, *chunk)

@@ -17,6 +17,7 @@ import numpy as np
 from vrag_compress.store.base import StoreCorruptError
 
 DTYPE = np.dtype("<f2")
+NO_SEGMENT = -1  # segment_id of a page whose vectors only the candidate index holds (no fp16)
 SEGMENT_DIR = "segments"
 _NAME = re.compile(r"^seg-(\d{8})\.f16$")
 

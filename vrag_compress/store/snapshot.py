@@ -4,13 +4,16 @@ token matrix, rebuilt only when a writer committed since.
 A snapshot is read in one catalog read transaction, and segments are mapped only up to their
 committed lengths, so a reader never sees uncommitted pages. The token matrix is fp32 while it
 fits ``cache_fp32_max_bytes``, else fp16 (a single large segment in page order is mapped, not
-copied).
+copied). A store without fp16 vectors decodes its pages' codes from the candidate index committed
+in the same transaction: all at once while the fp32 matrix fits the cache, else on demand.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +30,7 @@ class Snapshot:
     generation: int
     pids: np.ndarray
     bounds: np.ndarray
-    tokens: np.ndarray
+    tokens: Any  # np.ndarray, or `CodedTokens` (decoded on demand) without fp16 vectors
     pid_sorted: np.ndarray
     pos_of_sorted: np.ndarray
 
@@ -42,8 +45,9 @@ class Snapshot:
 class Snapshots:
     """Holds the current snapshot; `current` reloads it when the catalog generation moved."""
 
-    def __init__(self, ctx: StoreContext):
+    def __init__(self, ctx: StoreContext, coded: Callable[[Any, np.ndarray], Any] | None = None):
         self.ctx = ctx
+        self.coded = coded  # (conn, pids) -> their decoded-on-demand tokens (no-fp16 stores)
         self._snap: Snapshot | None = None
 
     def current(self) -> Snapshot:
@@ -70,11 +74,16 @@ class Snapshots:
             gen = cat.generation(conn)
             rows = cat.snapshot_pages(conn)
             seg_rows = cat.segment_rows(conn)
-        info = np.array(rows, dtype=np.int64).reshape(-1, 4)
-        pids, seg_ids, offsets, lengths = info.T
-        bounds = np.zeros(len(pids) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=bounds[1:])
-        tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
+            info = np.array(rows, dtype=np.int64).reshape(-1, 4)
+            pids, seg_ids, offsets, lengths = info.T
+            bounds = np.zeros(len(pids) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=bounds[1:])
+            if self.ctx.fp16 or self.coded is None:
+                tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
+            else:
+                tokens = self.coded(conn, pids)
+                if int(bounds[-1]) * self.ctx.dim * 4 <= self.ctx.options.cache_fp32_max_bytes:
+                    tokens = np.asarray(tokens[:], dtype=np.float32)
         order = np.argsort(pids)
         return Snapshot(gen, pids.copy(), bounds, tokens, pids[order], order)
 

@@ -148,6 +148,26 @@ def check_config(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(config))
 
 
+def check_layout(config: dict[str, Any]) -> None:
+    """``codes`` and ``fp16`` of a config: a store without fp16 vectors needs residual codes
+    (4bit or 2bit) and a dimension they pack evenly."""
+    codes = config.get("codes", "none")
+    if codes not in ("none", "4bit", "2bit"):
+        raise StoreInputError(f"config['codes'] must be none, 4bit or 2bit, got {codes!r}")
+    fp16 = config.get("fp16", True)
+    if not isinstance(fp16, bool):
+        raise StoreInputError(f"config['fp16'] must be true or false, got {fp16!r}")
+    per_byte = {"4bit": 2, "2bit": 4}.get(codes, 1)
+    if config["dim"] % per_byte:
+        raise StoreInputError(
+            f"{codes} codes need a vector dimension divisible by {per_byte}, got {config['dim']}"
+        )
+    if not fp16 and codes == "none":
+        raise StoreInputError(
+            "a store without fp16 vectors reranks on residual codes: set codes to 4bit or 2bit"
+        )
+
+
 SEARCH_MODES = ("auto", "exact", "two_stage")
 
 

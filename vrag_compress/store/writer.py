@@ -5,6 +5,10 @@ active segment and fsync, then commit the rows that point at them in one transac
 before the commit leaves only a torn tail past the committed length, which readers never read and
 the next writer truncates. Deletes only touch the catalog (the ranges become tombstones);
 `compact` copies live rows into new segments, commits the new locations, then unlinks old files.
+
+A store created without fp16 vectors (config ``fp16: false``) writes no segment rows: its pages
+point at ``NO_SEGMENT`` and their vectors live only as centroid + residual codes in the
+candidate index, which the same transaction commits (the first write trains it).
 """
 
 from __future__ import annotations
@@ -98,7 +102,8 @@ class PageWriter:
             if dead == 0 and len(segs) <= 1:
                 segs = {}
             else:
-                updates, new_segs = self._copy_live(conn, cat.pages_to_copy(conn), segs)
+                live = [r for r in cat.pages_to_copy(conn) if r[7] != seg.NO_SEGMENT]
+                updates, new_segs = self._copy_live(conn, live, segs)
                 cat.move_pages(conn, updates)
                 cat.replace_segments(conn, new_segs)
             if self.centroids is not None:  # one base part, deleted pages dropped from lists
@@ -119,10 +124,12 @@ class PageWriter:
         vectors: list[np.ndarray],
         metas: list[str],
     ) -> None:
-        blob = np.concatenate(vectors, axis=0)
-        seg_id, start_rows = self._active_segment(conn, blob.nbytes)
-        seg.append(self.ctx.segment_path(seg_id), start_rows * self.ctx.row_bytes, blob.data)
-        offset = start_rows
+        if self.ctx.fp16:
+            blob = np.concatenate(vectors, axis=0)
+            seg_id, offset = self._active_segment(conn, blob.nbytes)
+            seg.append(self.ctx.segment_path(seg_id), offset * self.ctx.row_bytes, blob.data)
+        else:  # the candidate index keeps the only copy (as codes)
+            seg_id, offset = seg.NO_SEGMENT, 0
         rows = []
         for page, vec, meta in zip(pages, vectors, metas, strict=True):
             fields = (
@@ -138,9 +145,10 @@ class PageWriter:
                 seg.vectors_crc(vec),
             )
             rows.append((*fields, cat.page_row_crc(*fields)))
-            offset += len(vec)
+            offset += len(vec) if self.ctx.fp16 else 0
         cat.insert_pages(conn, rows)
-        cat.set_segment_rows(conn, seg_id, offset)
+        if self.ctx.fp16:
+            cat.set_segment_rows(conn, seg_id, offset)
 
     def _active_segment(self, conn: sqlite3.Connection, nbytes: int) -> tuple[int, int]:
         """The segment to append to and its committed rows; starts a new one when full."""
