@@ -106,6 +106,15 @@ def test_bad_values_exit_2(uot_index: Path, args) -> None:  # noqa: ANN001
     assert result.exit_code == 2, result.output
 
 
+def test_search_takes_every_mode_the_store_has(uot_index: Path) -> None:
+    from vrag_compress.store.validate import SEARCH_MODES
+
+    for mode in SEARCH_MODES:
+        result = run("search", uot_index, "oral argument", "--mode", mode, "-k", "2", "--json")
+        assert result.exit_code == 0, (mode, result.output)
+        assert len(json.loads(result.stdout)["hits"]) == 2
+
+
 def test_a_missing_input_is_refused_before_anything_is_created(tmp_path: Path) -> None:
     result = run("index", tmp_path / "nonexistent", "--index", tmp_path / "idx", *TINY)
     assert result.exit_code == 2

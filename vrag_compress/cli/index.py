@@ -20,7 +20,6 @@ from rich.table import Table
 
 from vrag_compress.cli.app import app
 from vrag_compress.cli.options import (
-    SEARCH_MODES,
     build_compressor,
     check_choice,
     check_ratio,
@@ -435,6 +434,8 @@ def search(
     json_out: bool = JsonOpt,
 ) -> None:
     """Search an index; prints the best pages: score, file, page and a snippet of the text."""
+    from vrag_compress.store.validate import SEARCH_MODES  # the store's modes, named once
+
     check_choice(mode, SEARCH_MODES, "--mode")
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")

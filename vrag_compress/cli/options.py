@@ -11,8 +11,6 @@ from typing import Any
 
 import typer
 
-SEARCH_MODES = ("auto", "exact", "two_stage")
-
 
 def parse_value(text: str) -> Any:
     """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string."""
