@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,32 +14,13 @@ import httpx
 import pytest
 
 from vrag_compress import VisualIndex, get_compressor
+from vrag_compress.bench.serve import free_port, start_server
 
 KEY = "crash-test-key"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir), "--port", str(port)]
-    command += ["--api-key", KEY, "--ocr", "never"]
-    with open(log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    process.kill()
-    raise AssertionError(f"server did not start: {log.read_text()[-2000:]}")
+    return start_server(index_dir, port, log, "--api-key", KEY, "--ocr", "never", timeout=180)
 
 
 @pytest.mark.slow

@@ -51,8 +51,8 @@ def bench_serve(
         started = time.perf_counter()
         build_index(root / "load.vrag", pages, tokens, model, seed)
         build_s = time.perf_counter() - started
-        port = _free_port()
-        server = _start_server(root / "load.vrag", port, root / "server.log")
+        port = free_port()
+        server = start_server(root / "load.vrag", port, root / "server.log")
         try:
             result = run_load(f"http://127.0.0.1:{port}", clients, searches, k, seed)
         finally:
@@ -161,20 +161,25 @@ def run_load(base: str, clients: int, searches: int, k: int, seed: int) -> dict[
     }
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _start_server(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
+def start_server(
+    index_dir: Path, port: int, log: Path, *options: str, timeout: float = 300
+) -> subprocess.Popen:
+    """A real `vrag serve INDEX --port PORT [options]` process, returned once /api/info answers
+    (the load test and the kill -9 test drive the server exactly as users start it)."""
     import httpx
 
     command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir)]
-    command += ["--port", str(port)]
+    command += ["--port", str(port), *options]
     with open(log, "ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"vrag serve exited: {log.read_text()[-2000:]}")
@@ -184,4 +189,6 @@ def _start_server(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
         except httpx.HTTPError:
             time.sleep(0.3)
     process.kill()
-    raise RuntimeError(f"vrag serve did not start within 300 s: {log.read_text()[-2000:]}")
+    raise RuntimeError(
+        f"vrag serve did not start within {timeout:.0f} s: {log.read_text()[-2000:]}"
+    )
