@@ -55,7 +55,7 @@ def test_guided_uot_outputs(name: str) -> None:
     c = get_compressor(name, ratio=0.25, layers=[2, 3])
     out = c.compress_many(pages)
     for page, comp in zip(pages, out, strict=True):
-        k = c.budget(page.n_tokens)
+        k = c.n_keep(page.n_tokens)
         assert comp.vectors.shape == (k, 8)
         np.testing.assert_allclose(np.linalg.norm(comp.vectors, axis=1), 1.0, atol=1e-5)
         assert comp.assignment.shape == (page.n_tokens,)

@@ -78,7 +78,7 @@ def test_sap_keeps_a_tenth_of_each_pages_text_tokens(sap_index) -> None:  # noqa
     assert max(r.metadata["n_tokens"] for r in records) > 1000  # the NICS table: 2+ windows
     for record in records:
         n = record.metadata["n_tokens"]
-        assert record.vectors.shape == (index.compressor.budget(n), 384)
+        assert record.vectors.shape == (index.compressor.n_keep(n), 384)
         assert abs(record.vectors.shape[0] - 0.1 * n) <= 1
 
 

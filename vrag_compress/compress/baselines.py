@@ -45,10 +45,11 @@ class RandomCompressor(BaseCompressor):
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", check_ratio(self.ratio))
         object.__setattr__(self, "seed", int(self.seed))
+        super().__post_init__()
 
-    def _compress(self, page: PageEncoding) -> CompressedPage:
+    def _compress_k(self, page: PageEncoding, k: int) -> CompressedPage:
         rng = page_seed(self.seed, page)
-        kept = rng.choice(page.n_tokens, size=self.budget(page.n_tokens), replace=False)
+        kept = rng.choice(page.n_tokens, size=k, replace=False)
         return pruned(page, np.sort(kept))
 
 
@@ -74,12 +75,13 @@ class EOSCompressor(BaseCompressor):
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", check_ratio(self.ratio))
         object.__setattr__(self, "layer", int(self.layer))
+        super().__post_init__()
 
-    def _compress(self, page: PageEncoding) -> CompressedPage:
+    def _compress_k(self, page: PageEncoding, k: int) -> CompressedPage:
         scores = _layer_row(page_stat(page, "eos_attention"), self.layer, self.name).astype(
             np.float64
         )
-        return pruned(page, top_k_positions(scores, self.budget(page.n_tokens)))
+        return pruned(page, top_k_positions(scores, k))
 
 
 def eos_zscores(page: PageEncoding, layer: int = -1) -> np.ndarray:
@@ -117,6 +119,7 @@ class AdaptiveEOSCompressor(BaseCompressor):
     stats: ClassVar[str | None] = "eos_attention"
     needs_fit: ClassVar[bool] = True
     fit_params: ClassVar[tuple[str, ...]] = ("kappa",)
+    adaptive_budget: ClassVar[bool] = False
 
     ratio: float = 0.1
     kappa: float | None = None
@@ -130,6 +133,7 @@ class AdaptiveEOSCompressor(BaseCompressor):
             if not np.isfinite(kappa):
                 raise CompressionError(f"adaptive-eos: kappa must be finite, got {self.kappa}")
             object.__setattr__(self, "kappa", kappa)
+        super().__post_init__()
 
     @property
     def fitted(self) -> bool:
@@ -181,11 +185,11 @@ class ClusterCompressor(BaseCompressor):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", check_ratio(self.ratio))
+        super().__post_init__()
 
-    def _compress(self, page: PageEncoding) -> CompressedPage:
+    def _compress_k(self, page: PageEncoding, k: int) -> CompressedPage:
         from sklearn.cluster import AgglomerativeClustering
 
-        k = self.budget(page.n_tokens)
         if k >= page.n_tokens:
             return merged(page.vectors, np.arange(page.n_tokens))
         model = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average")
@@ -214,12 +218,14 @@ class PoolCompressor(BaseCompressor):
 
     name: ClassVar[str] = "pool"
     kind: ClassVar[str] = "merging"
+    adaptive_budget: ClassVar[bool] = False
 
     ratio: float = 0.1
     num_workers: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", check_ratio(self.ratio))
+        super().__post_init__()
 
     @property
     def pool_factor(self) -> int:

@@ -60,6 +60,7 @@ class SAPCompressor(BaseCompressor):
             if len(set(layers)) != len(layers):
                 raise CompressionError(f"sap: layers has duplicates: {list(layers)}")
             object.__setattr__(self, "layers", layers)
+        super().__post_init__()
 
     @classmethod
     def create(
@@ -101,20 +102,16 @@ class SAPCompressor(BaseCompressor):
             )
         return self.layers
 
-    def _compress(self, page: PageEncoding) -> CompressedPage:
-        return self._compress_many([page])[0]
-
     def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
-        """Pages with the same (L, N) go through one vectorised score + argsort."""
+        """Pages with the same (L, N) and budget go through one vectorised score + top-k."""
         out: list[CompressedPage | None] = [None] * len(pages)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, page in enumerate(pages):
-            groups.setdefault(page_stat(page, "centrality").shape, []).append(i)
-        for (n_layers, n_tokens), idx in groups.items():
-            window = self.window_for(n_layers)
-            rows = list(window)
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for i, (page, k) in enumerate(zip(pages, self.keep_counts(pages), strict=True)):
+            groups.setdefault((*page_stat(page, "centrality").shape, k), []).append(i)
+        for (n_layers, _, k), idx in groups.items():
+            rows = list(self.window_for(n_layers))
             stats = np.stack([page_stat(pages[i], "centrality")[rows] for i in idx])
-            kept = top_k_positions(sap_scores(stats, range(len(rows))), self.budget(n_tokens))
+            kept = top_k_positions(sap_scores(stats, range(len(rows))), k)
             for row, i in enumerate(idx):
                 out[i] = pruned(pages[i], kept[row])
         return out  # type: ignore[return-value]

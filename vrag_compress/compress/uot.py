@@ -208,35 +208,34 @@ class UOTCompressor(BaseCompressor):
             raise CompressionError(
                 f"uot: precision must be one of {PRECISIONS}, got {self.precision!r}"
             )
+        super().__post_init__()
 
     @property
     def requires_stats(self) -> bool:
         """Statistics are wanted for the attention marginal (pages without them get uniform)."""
         return self.marginal == "attention"
 
-    def _compress(self, page: PageEncoding) -> CompressedPage:
-        return self._compress_many([page])[0]
-
     def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
         out: list[CompressedPage | None] = [None] * len(pages)
         todo = []
+        ks = self.keep_counts(pages)
         for i, page in enumerate(pages):
-            if self.budget(page.n_tokens) >= page.n_tokens:
+            if ks[i] >= page.n_tokens:
                 out[i] = merged(page.vectors, np.arange(page.n_tokens))
             else:
                 todo.append(i)
         todo.sort(key=lambda i: pages[i].n_tokens)  # similar lengths share a batch: less padding
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
-            for i, result in zip(chunk, self._run_batch([pages[i] for i in chunk]), strict=True):
+            batch = self._run_batch([pages[i] for i in chunk], [ks[i] for i in chunk])
+            for i, result in zip(chunk, batch, strict=True):
                 out[i] = result
         return out  # type: ignore[return-value]
 
-    def _run_batch(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+    def _run_batch(self, pages: list[PageEncoding], ks: list[int]) -> list[CompressedPage]:
         import torch
 
         device = torch.device(self.device)
-        ks = [self.budget(p.n_tokens) for p in pages]
         k_max = max(ks)
         x, mask = _pad([p.vectors for p in pages], device)
         mu, _ = _pad([source_marginal(p, self.marginal)[:, None] for p in pages], device)

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import merged, page_stat, pruned
+from vrag_compress.compress.common import merged, page_stat, pruned, top_k_positions
 from vrag_compress.compress.sap import SAPCompressor, sap_scores
 from vrag_compress.compress.uot import (
     MARGINAL_EPS,
@@ -105,18 +105,25 @@ class SinkAwareSAPCompressor(SAPCompressor):
 
     def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
         out = []
-        for page in pages:
+        for page, k in zip(pages, self.keep_counts(pages), strict=True):
             centrality = page_stat(page, "centrality")
             scores = sap_scores(centrality, self.window_for(centrality.shape[0]))
             kept = sink_aware_top_k(
                 page.vectors,
                 scores,
-                self.budget(page.n_tokens),
+                k,
                 dedup=self.dedup,
                 sink_z=self.sink_z,
             )
             out.append(pruned(page, kept))
         return out
+
+
+def sap_anchors(sap: SAPCompressor, page: PageEncoding, k: int) -> np.ndarray:
+    """The vectors of the page's top-k SAP tokens (k may differ from the fixed budget)."""
+    centrality = page_stat(page, "centrality")
+    scores = sap_scores(centrality, sap.window_for(centrality.shape[0]))
+    return pruned(page, top_k_positions(scores, k)).vectors
 
 
 INITS = ("kmeans++", "sap")
@@ -160,17 +167,17 @@ class GuidedUOTCompressor(UOTCompressor):
         a = rows.astype(np.float64).mean(axis=0) + MARGINAL_EPS
         return a / a.sum()
 
-    def _run_batch(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+    def _run_batch(self, pages: list[PageEncoding], ks: list[int]) -> list[CompressedPage]:
         import torch
 
         device = torch.device(self.device)
-        ks = [self.budget(p.n_tokens) for p in pages]
         k_max = max(ks)
         x, mask = _pad([p.vectors for p in pages], device)
         mu, _ = _pad([self._marginal(p)[:, None] for p in pages], device)
         cols = torch.arange(k_max, device=device)[None, :] < _column(ks, device)
         if self.init == "sap":
-            anchors = [c.vectors for c in self._sap().compress_many(pages)]
+            sap = self._sap()
+            anchors = [sap_anchors(sap, p, k) for p, k in zip(pages, ks, strict=True)]
             y0 = _pad(anchors, device)[0]
             y0 = torch.nn.functional.pad(y0, (0, 0, 0, k_max - y0.shape[1]))
         else:
