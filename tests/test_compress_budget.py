@@ -144,9 +144,7 @@ def test_compressor_for_passes_the_budget_and_the_benchmark_spec_parses_it():
     assert built.budget == "adaptive" and built.ratio == 0.05
 
 
-def test_an_index_with_an_adaptive_budget_keeps_the_average_across_add_calls(
-    tmp_path, shared_data
-):
+def test_an_index_with_an_adaptive_budget_keeps_the_average_across_add_calls(tmp_path, shared_data):
     """`vrag index --method random:budget=adaptive` twice: batches of 2 pages, two `add` calls."""
     from typer.testing import CliRunner
 
