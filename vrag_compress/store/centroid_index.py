@@ -124,7 +124,12 @@ class CentroidIndexes:
             live &= ok[np.maximum(slots.slot_pos, 0)]
             unindexed = unindexed[ok[unindexed]]
         params = self.params(index, len(snap.pids))
-        top = cz.top_pages(index.scores(query, params.nprobe), live, params.rerank)
+        scorer = self.ctx.scorer
+        if scorer is not None:  # centroid product, top cells and list scatter-max on a GPU
+            scores = scorer.page_scores(index, query, params.nprobe)
+        else:
+            scores = index.scores(query, params.nprobe)
+        top = cz.top_pages(scores, live, params.rerank)
         return np.union1d(slots.slot_pos[top], unindexed)
 
     def _slot_map(self, snap: Any, index: cand.CandidateIndex) -> _SlotMap:

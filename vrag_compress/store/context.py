@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,10 @@ class StoreOptions:
     centroid_min_tokens: int = 500_000
     centroid_nprobe: int | None = None
     rerank_depth: int | None = None
+    # where centroid scores and exact MaxSim run: "auto" (a CUDA GPU through torch when one is
+    # present, else numpy), "numpy", or a torch device name ("cuda:1"; "cpu" runs the torch code
+    # on the CPU, for tests)
+    device: str = "auto"
 
 
 @dataclass
@@ -48,6 +53,7 @@ class StoreContext:
     # centroid + residual codes, which are then ``codes``)
     fp16: bool = True
     codes: str = "none"
+    scorer: Any = None  # a `TorchScorer` when searches run on a torch device, else None (numpy)
     maps: seg.SegmentMaps = field(init=False)
 
     def __post_init__(self) -> None:

@@ -54,6 +54,7 @@ from vrag_compress.store.context import StoreContext, StoreOptions
 from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
 from vrag_compress.store.snapshot import Snapshot, Snapshots
+from vrag_compress.store.torch_scoring import TorchScorer, choose_device
 from vrag_compress.store.validate import (
     StoreInputError,
     check_config,
@@ -105,6 +106,15 @@ def _alive(pid: str) -> bool:
     return True
 
 
+def _scorer(option: str) -> TorchScorer | None:
+    """The torch scorer for ``option`` (see `StoreOptions.device`), None for numpy."""
+    try:
+        device = choose_device(option)
+    except (RuntimeError, ValueError) as exc:
+        raise StoreInputError(f"device={option!r} is not a torch device here: {exc}") from None
+    return None if device is None else TorchScorer(device)
+
+
 def _claim(tmp: Path, catalog: Path) -> None:
     """Give the finished catalog its real name unless another creator already did (atomic)."""
     try:
@@ -140,6 +150,7 @@ class LocalStore:
             self._meta = cat.load_meta(self._ctx.catalog)
             self._ctx.dim = check_dim(self._meta["config"])
             self._ctx.set_config(self._meta["config"])
+            self._ctx.scorer = _scorer(options.device)
             if not readonly:
                 integrity.recover(self._ctx)
                 self._centroids.remove_orphans()

@@ -102,9 +102,12 @@ class Searcher:
             rows, bounds = gather_pages(snap.bounds, pos)
             tokens = snap.tokens[rows]
         opts = self.ctx.options
-        scores = maxsim_scores(
-            qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=opts.threads
-        )
+        if self.ctx.scorer is not None:  # a GPU (or the torch code on the CPU, in tests)
+            scores = self.ctx.scorer.maxsim(qs, tokens, bounds, chunk_tokens=opts.chunk_tokens)
+        else:
+            scores = maxsim_scores(
+                qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=opts.threads
+            )
         out = []
         for row in scores:
             best = top_k(row, k)
@@ -124,7 +127,8 @@ class Searcher:
                 cand = pos  # the filter left too few candidates: score all that pass it
         if len(cand) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-        if int((snap.bounds[cand + 1] - snap.bounds[cand]).sum()) <= SMALL_RERANK_TOKENS:
+        small = int((snap.bounds[cand + 1] - snap.bounds[cand]).sum()) <= SMALL_RERANK_TOKENS
+        if small and self.ctx.scorer is None:
             with one_blas_thread():
                 return self._exact(snap, [q], k, cand)[0]
         return self._exact(snap, [q], k, cand)[0]
