@@ -84,6 +84,7 @@ class Hit:
     text: str | None
     page_id: str
     regions: list[Region] = field(default_factory=list)
+    components: dict[str, dict[str, float]] | None = None
     _assets: PageAssets | None = field(default=None, repr=False, compare=False)
     _image_ref: str | None = field(default=None, repr=False, compare=False)
     _explanation: Explanation | None = field(default=None, repr=False, compare=False)
@@ -94,6 +95,11 @@ class Hit:
         if self._explanation is None:
             raise VisualIndexError("this hit did not come from a search; use VisualIndex.explain")
         return self._explanation
+
+    @property
+    def found_by(self) -> list[str]:
+        """Which sides of a text or hybrid search found this page ("visual", "text")."""
+        return sorted(self.components or {}, reverse=True)
 
     @property
     def image_path(self) -> Path | None:
@@ -121,6 +127,7 @@ class Hit:
             "image_path": str(path) if path else None,
             "page_id": self.page_id,
             "regions": [r.to_dict() for r in self.regions],
+            "components": self.components,
         }
 
 
@@ -339,14 +346,44 @@ class VisualIndex:
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[Hit]:
-        """Top-k pages by exact MaxSim of the query against the compressed page vectors.
+        """Top-k pages for the query.
+
+        ``mode`` "auto", "exact" or "two_stage" rank by MaxSim of the query against the
+        compressed page vectors; "text" by BM25 over the page text (no model is loaded);
+        "hybrid" fuses both: reciprocal rank fusion, or with ``alpha`` (0 text only .. 1 visual
+        only) min-max normalised score interpolation. Text and hybrid hits carry
+        ``components``: the rank and score of each side that found them. ``text_k`` is how many
+        text candidates hybrid fuses; ``fts_syntax`` reads the query as raw SQLite FTS5 syntax
+        (phrases, NEAR, prefix*) on the embedded store.
 
         An empty (or whitespace-only) query raises `ValueError`, as in every integration."""
         if isinstance(query, str) and not query.strip():
             raise ValueError("empty query: give the words or question to search for")
+        text = query if isinstance(query, str) else None
+        if alpha is not None and mode != "hybrid":
+            raise ValueError(f"alpha weighs the two sides of mode='hybrid', not mode={mode!r}")
+        if mode in ("text", "hybrid") and text is None:
+            raise ValueError(f"mode={mode!r} searches the page text: give the query as a string")
+        if mode == "text":
+            results = self.store.search(
+                None, k, filter=filter, mode="text", text=text, fts_syntax=fts_syntax
+            )
+            return [self._hit(r) for r in results]
         vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
-        results = self.store.search(vectors, k, filter=filter, mode=mode)
+        results = self.store.search(
+            vectors,
+            k,
+            filter=filter,
+            mode=mode,
+            text=text if mode == "hybrid" else None,
+            alpha=alpha,
+            text_k=text_k,
+            fts_syntax=fts_syntax,
+        )
         hits = [self._hit(r) for r in results]
         labels = query_token_labels(self.encoder, query, len(vectors)) if hits else None
         records = {r.page_id: r for r in self.store.get([h.page_id for h in hits], missing="skip")}
@@ -395,6 +432,7 @@ class VisualIndex:
             metadata=metadata,
             text=result.text,
             page_id=result.page_id,
+            components=getattr(result, "components", None),
             _assets=self.assets,
             _image_ref=result.image_ref,
         )

@@ -429,7 +429,24 @@ def search(
     query: str = typer.Argument(..., metavar="QUERY", help="The question or keywords."),
     k: int = typer.Option(5, "-k", min=1, help="Number of pages to return."),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
-    mode: str = typer.Option("auto", help="auto, exact or two_stage."),
+    mode: str = typer.Option(
+        "auto",
+        help="auto, exact or two_stage (visual: MaxSim); text (BM25 over the page text, no "
+        "model loaded); hybrid (both, fused by reciprocal rank, or by --alpha).",
+    ),
+    alpha: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="With --mode hybrid: weigh normalised scores, 0 = text only .. 1 = visual only, "
+        "instead of reciprocal rank fusion.",
+    ),
+    fts_syntax: bool = typer.Option(
+        False,
+        "--fts-syntax",
+        help='Read QUERY as SQLite FTS5 syntax ("exact phrase", NEAR(a b), prefix*, AND/OR/'
+        "NOT) in the text and hybrid modes, instead of plain words.",
+    ),
     store: str | None = StoreOpt,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -437,6 +454,8 @@ def search(
     from vrag_compress.store.validate import SEARCH_MODES  # the store's modes, named once
 
     check_choice(mode, SEARCH_MODES, "--mode")
+    if alpha is not None and mode != "hybrid":
+        raise typer.BadParameter("--alpha weighs the sides of --mode hybrid", param_hint="--alpha")
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)
@@ -444,7 +463,9 @@ def search(
 
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
-            hits = vindex.search(query, k=k, filter=where, mode=mode)
+            hits = vindex.search(
+                query, k=k, filter=where, mode=mode, alpha=alpha, fts_syntax=fts_syntax
+            )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
         except (ValueError, EncoderLoadError) as error:
@@ -452,19 +473,28 @@ def search(
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
         return
+    fused = mode in ("text", "hybrid")
     table = Table("rank", "score")
     table.add_column("file", overflow="fold", min_width=20)  # the whole name, folded if narrow
     table.add_column("page")
+    if fused:
+        table.add_column("found by (rank, score)")
     table.add_column("snippet")
     for rank, hit in enumerate(hits, start=1):
-        table.add_row(
-            str(rank),
-            f"{hit.score:.3f}",
-            escape(file_name(hit)),
-            str(hit.page_no),
-            escape(snippet(hit.text, query)),
-        )
+        cells = [str(rank), f"{hit.score:.4g}", escape(file_name(hit)), str(hit.page_no)]
+        if fused:
+            cells.append(found_by(hit.components))
+        table.add_row(*cells, escape(snippet(hit.text, query)))
     out.print(table)
+
+
+def found_by(components: dict[str, dict[str, float]] | None) -> str:
+    """``visual #2 (12.3), text #1 (4.56)``: where each side ranked and scored a hit."""
+    parts = [
+        f"{side} #{int(c['rank'])} ({c['score']:.3g})"
+        for side, c in sorted((components or {}).items(), reverse=True)
+    ]
+    return ", ".join(parts)
 
 
 @app.command()

@@ -12,7 +12,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-SearchMode = Literal["auto", "exact", "two_stage"]
+# auto, exact and two_stage rank by MaxSim (visual); text ranks by BM25 over the page text;
+# hybrid fuses both (the visual side searched as auto).
+SearchMode = Literal["auto", "exact", "two_stage", "text", "hybrid"]
 
 
 class StoreError(Exception):
@@ -107,7 +109,11 @@ class DocumentRecord:
 
 @dataclass
 class SearchResult:
-    """One hit: ids, MaxSim score and the page's stored metadata."""
+    """One hit: ids, score and the page's stored metadata.
+
+    The score is MaxSim (visual modes), BM25 (``text``) or the fused score (``hybrid``). In the
+    text and hybrid modes ``components`` maps each side that found the page ("visual", "text")
+    to its ``rank`` and ``score`` there."""
 
     page_id: str
     doc_id: str
@@ -116,6 +122,12 @@ class SearchResult:
     metadata: dict[str, Any]
     image_ref: str | None = None
     text: str | None = None
+    components: dict[str, dict[str, float]] | None = None
+
+    @property
+    def found_by(self) -> list[str]:
+        """The sides that found this page (empty for the visual-only modes)."""
+        return sorted(self.components or {}, reverse=True)
 
 
 @dataclass
@@ -186,20 +198,33 @@ class MultiVectorStore(Protocol):
 
     def search(
         self,
-        query: np.ndarray,
+        query: np.ndarray | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
-    ) -> list[SearchResult]: ...
+        text: str | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
+    ) -> list[SearchResult]:
+        """Top-k pages. ``text`` is the query's words, needed by the ``text`` mode (where
+        ``query`` may be None) and the ``hybrid`` mode; ``alpha`` switches hybrid from rank fusion
+        to score interpolation; ``text_k`` is how many text candidates hybrid fuses;
+        ``fts_syntax`` reads ``text`` as a raw full-text query instead of plain words."""
+        ...
 
     def search_many(
         self,
-        queries: Sequence[np.ndarray],
+        queries: Sequence[np.ndarray] | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        texts: Sequence[str] | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[list[SearchResult]]: ...
 
     def compact(self) -> None: ...

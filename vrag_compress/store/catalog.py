@@ -27,8 +27,28 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.version import __version__
 
-SCHEMA_VERSION = 1
+# 2: the FTS5 text index of page text (`pages_fts`), kept in step with `pages` by triggers.
+SCHEMA_VERSION = 2
 CATALOG_NAME = "catalog.sqlite"
+
+# Unicode folding, case and diacritics insensitive ("Café" finds "cafe" and "CAFE").
+FTS_TOKENIZER = "unicode61 remove_diacritics 2"
+FTS_TABLE = "pages_fts"
+
+# The text index reads its text from `pages` (external content, nothing stored twice); the
+# triggers update it inside whatever transaction writes the page row, so add, upsert, delete,
+# compaction and crash recovery keep it exact without any code of theirs knowing about it.
+FTS_STATEMENTS = (
+    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(text, content='pages', content_rowid='pid', "
+    f"tokenize='{FTS_TOKENIZER}')",
+    f"CREATE TRIGGER pages_fts_insert AFTER INSERT ON pages BEGIN "
+    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, new.text); END",
+    f"CREATE TRIGGER pages_fts_delete AFTER DELETE ON pages BEGIN "
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.pid, old.text); END",
+    f"CREATE TRIGGER pages_fts_update AFTER UPDATE OF text ON pages BEGIN "
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.pid, old.text); "
+    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, new.text); END",
+)
 
 SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,7 +65,7 @@ CREATE INDEX pages_doc ON pages(doc_id, page_no);
 CREATE INDEX pages_segment ON pages(segment_id, row_offset);
 CREATE TABLE tombstones(
     segment_id INTEGER NOT NULL, row_offset INTEGER NOT NULL, n_vectors INTEGER NOT NULL);
-"""
+""" + "".join(f"{stmt};\n" for stmt in FTS_STATEMENTS)
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SQL_BATCH = 500  # ids per IN (...) list, well under SQLite's variable limit
@@ -535,3 +555,102 @@ def integrity_problems(conn: sqlite3.Connection, *, quick: bool) -> list[str]:
     """SQLite's own ``quick_check`` or full ``integrity_check``; empty when the file is sound."""
     rows = conn.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}").fetchall()
     return [] if rows == [("ok",)] else [r[0] for r in rows]
+
+
+# ----------------------------------------------------------------------------- text index (FTS5)
+
+
+def has_text_index(conn: sqlite3.Connection, schema: str = "main") -> bool:
+    """Whether ``schema`` ("main" or "temp") holds the FTS5 text index."""
+    row = conn.execute(
+        f"SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = ?", (FTS_TABLE,)
+    ).fetchone()
+    return row is not None
+
+
+def create_text_index(conn: sqlite3.Connection) -> int:
+    """Add the text index and its triggers to a catalog made before them and index every page
+    (inside the caller's write transaction); returns the pages indexed."""
+    for stmt in FTS_STATEMENTS:
+        conn.execute(stmt)
+    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+    return count_pages(conn)
+
+
+def rebuild_text_index(conn: sqlite3.Connection) -> None:
+    """Re-index every page's text from the pages table (inside a write transaction)."""
+    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+
+
+def build_temp_text_index(conn: sqlite3.Connection) -> None:
+    """A private, in-memory text index of the committed pages, for a reader of a catalog that
+    has none yet (opened read-only, so it cannot gain one). It shadows the name ``pages_fts``,
+    so the same queries run on it."""
+    drop_temp_text_index(conn)
+    conn.execute(
+        f"CREATE VIRTUAL TABLE temp.{FTS_TABLE} USING fts5(text, tokenize='{FTS_TOKENIZER}')"
+    )
+    conn.execute(
+        f"INSERT INTO temp.{FTS_TABLE}(rowid, text) SELECT pid, text FROM main.pages "
+        "WHERE text IS NOT NULL"
+    )
+
+
+def drop_temp_text_index(conn: sqlite3.Connection) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS temp.{FTS_TABLE}")
+
+
+def text_matches(
+    conn: sqlite3.Connection, match: str, where: tuple[str, Sequence[Any]] | None, limit: int
+) -> list[tuple[int, float]]:
+    """``(pid, bm25)`` of the best ``limit`` pages matching an FTS5 expression (and the compiled
+    filter), best first, ties by page_id. The score is SQLite's BM25 negated: higher is better."""
+    sql, params = "", []
+    if where is not None:
+        sql, params = f" AND ({where[0]})", list(where[1])
+    return conn.execute(
+        f"SELECT pages.pid, -bm25({FTS_TABLE}) AS score FROM {FTS_TABLE} "
+        f"JOIN pages ON pages.pid = {FTS_TABLE}.rowid WHERE {FTS_TABLE} MATCH ?{sql} "
+        "ORDER BY score DESC, pages.page_id LIMIT ?",
+        [match, *params, limit],
+    ).fetchall()
+
+
+def text_index_problems(conn: sqlite3.Connection) -> list[str]:
+    """Where the text index disagrees with the page text (read-only: a private index of the
+    pages is built in memory and every indexed token position is compared with it)."""
+    if not has_text_index(conn):
+        return []
+    try:
+        conn.execute(
+            f"CREATE VIRTUAL TABLE temp.fts_expected USING fts5(text, tokenize='{FTS_TOKENIZER}')"
+        )
+        conn.execute(
+            "INSERT INTO temp.fts_expected(rowid, text) SELECT pid, text FROM main.pages "
+            "WHERE text IS NOT NULL"
+        )
+        conn.execute(
+            f"CREATE VIRTUAL TABLE temp.fts_have USING fts5vocab(main, {FTS_TABLE}, instance)"
+        )
+        conn.execute(
+            "CREATE VIRTUAL TABLE temp.fts_want USING fts5vocab(temp, fts_expected, instance)"
+        )
+        extra, missing = (
+            conn.execute(
+                f"SELECT count(*), min(doc) FROM (SELECT term, doc, offset FROM temp.{a} "
+                f"EXCEPT SELECT term, doc, offset FROM temp.{b})"
+            ).fetchone()
+            for a, b in (("fts_have", "fts_want"), ("fts_want", "fts_have"))
+        )
+    except sqlite3.Error as exc:
+        return [f"the text index {FTS_TABLE} is unreadable ({exc})"]
+    finally:
+        for table in ("fts_have", "fts_want", "fts_expected"):
+            conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
+    if not extra[0] and not missing[0]:
+        return []
+    return [
+        f"the text index {FTS_TABLE} does not match the page text ({extra[0]} indexed tokens "
+        f"not in the pages, {missing[0]} page tokens not indexed, first at page row "
+        f"{extra[1] if extra[0] else missing[1]}); `optimize` rebuilds it"
+    ]

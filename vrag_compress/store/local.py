@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ from vrag_compress.version import __version__
 _WriterLock = WriterLock
 _Snapshot = Snapshot
 __all__ = ["LOCK_NAME", "LocalStore", "StoreOptions"]
+log = logging.getLogger(__name__)
 
 
 # Suffix of a catalog being built by `create` (pid and a random tag follow).
@@ -152,6 +154,7 @@ class LocalStore:
             self._ctx.set_config(self._meta["config"])
             self._ctx.scorer = _scorer(options.device)
             if not readonly:
+                self._upgrade_schema()
                 integrity.recover(self._ctx)
                 self._centroids.remove_orphans()
             if options.check_on_open:
@@ -256,6 +259,18 @@ class LocalStore:
     @property
     def closed(self) -> bool:
         return self._ctx.catalog.closed
+
+    def _upgrade_schema(self) -> None:
+        """Bring a catalog of an older schema up to date (a writer open, one transaction): a
+        store made before text indexes gains its text index of every stored page."""
+        if self._meta["schema_version"] >= cat.SCHEMA_VERSION:
+            return
+        with self._ctx.catalog.write() as conn:
+            if not cat.has_text_index(conn):
+                n = cat.create_text_index(conn)
+                log.info("%s: built the text index of %d pages (schema upgrade)", self.root, n)
+            cat.write_meta(conn, "schema_version", cat.SCHEMA_VERSION)
+        self._meta["schema_version"] = cat.SCHEMA_VERSION
 
     # ----------------------------------------------------------------- config
 
@@ -380,25 +395,56 @@ class LocalStore:
 
     def search(
         self,
-        query: np.ndarray,
+        query: np.ndarray | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        text: str | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[SearchResult]:
-        """Top-k pages by MaxSim, best first; ties by page_id ascending."""
-        return self.search_many([query], k, filter=filter, mode=mode)[0]
+        """Top-k pages, best first; ties by page_id ascending. By MaxSim in the visual modes
+        (``auto``, ``exact``, ``two_stage``), by BM25 of ``text`` over the page text in
+        ``text`` mode (``query`` may be None), fused in ``hybrid`` mode: reciprocal rank fusion,
+        or min-max normalised ``alpha * visual + (1 - alpha) * text`` when ``alpha`` is given.
+        ``text_k`` is how many text candidates hybrid fuses (default max(k, 50));
+        ``fts_syntax`` reads ``text`` as a raw FTS5 query (phrases, NEAR, prefix*)."""
+        return self.search_many(
+            None if query is None else [query],
+            k,
+            filter=filter,
+            mode=mode,
+            texts=None if text is None else [text],
+            alpha=alpha,
+            text_k=text_k,
+            fts_syntax=fts_syntax,
+        )[0]
 
     def search_many(
         self,
-        queries: Sequence[np.ndarray],
+        queries: Sequence[np.ndarray] | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        texts: Sequence[str] | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[list[SearchResult]]:
         """`search` for several queries; exact mode scores them all in one pass."""
-        return self._searcher.search_many(queries, k, filter=filter, mode=mode)
+        return self._searcher.search_many(
+            queries,
+            k,
+            filter=filter,
+            mode=mode,
+            texts=texts,
+            alpha=alpha,
+            text_k=text_k,
+            fts_syntax=fts_syntax,
+        )
 
     def build_token_index(self) -> None:
         """Build the FAISS token index now instead of on the first two-stage search."""
@@ -413,11 +459,17 @@ class LocalStore:
         try:
             with self._ctx.catalog.read() as conn:
                 extra = self._centroids.verify(conn)
+                extra += [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
         except StoreCorruptError as exc:
             extra = [str(exc)]
         if not extra:
             return report
         return dataclasses.replace(report, ok=False, problems=[*report.problems, *extra])
+
+    def rebuild_text_index(self) -> None:
+        """Re-index every page's text (repairs a text index that `verify` found out of step)."""
+        with self._ctx.catalog.write() as conn:
+            cat.rebuild_text_index(conn)
 
     # ----------------------------------------------------------------- candidate index
 
@@ -435,6 +487,7 @@ class LocalStore:
             self.update_config(codes=codes)
         self._centroids.wait()
         self.compact()
+        self.rebuild_text_index()
         self._centroids.train(self._snapshots.current(), self._codes())
         return self.index_info() or {}
 

@@ -10,6 +10,10 @@ sidecar collection ``<name>__vrag`` for the config and the document rows, which 
 - a cheap candidate field searched through ``prefetch``: ``mean`` (dense mean of the page's
   vectors, queried with the mean of the query's vectors) or ``binary`` (a multivector of the signs
   of the vectors, MaxSim over sign agreement), or none (every search exact).
+- ``text``: a sparse vector of the page text's BM25 term weights; Qdrant applies the IDF
+  (``Modifier.IDF``) at query time, so a query of the text's words scores BM25. The ``text``
+  and ``hybrid`` modes search it; hybrid fuses it with the MaxSim ranking exactly as the
+  embedded store does (fusion.py), both sides fetched in one batched request.
 - payload: ``page_id``, ``doc_id``, ``page_no``, ``metadata`` (the page metadata), ``image_ref``,
   ``text``. Point ids are UUIDv5 of the page id.
 
@@ -20,6 +24,7 @@ before their document rows (a crash never marks a document complete without its 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -49,7 +54,10 @@ from vrag_compress.store.base import (
     StoreReadOnlyError,
     VerifyReport,
 )
+from vrag_compress.store.fusion import check_alpha, fuse
+from vrag_compress.store.lexical import sparse_document, sparse_query
 from vrag_compress.store.validate import (
+    TEXT_MODES,
     StoreInputError,
     as_list,
     check_batch,
@@ -63,6 +71,7 @@ from vrag_compress.store.validate import (
     check_missing,
     check_mode,
     check_query,
+    check_texts,
 )
 from vrag_compress.version import __version__
 
@@ -75,6 +84,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 PAGES = "pages"
+TEXT = "text"  # the sparse BM25 vector of the page text
+HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
 CANDIDATES = ("mean", "binary", "none")
 SIDECAR_SUFFIX = "__vrag"
 SCHEMA_VERSION = 1
@@ -325,6 +336,7 @@ class QdrantStore:
                 "schema_version": SCHEMA_VERSION,
                 "config": config,
                 "candidate": candidate,
+                "text_index": "bm25",
                 "library_version": __version__,
                 "created_at": time.time(),
             }
@@ -534,6 +546,9 @@ class QdrantStore:
             named["mean"] = vec.mean(axis=0).tolist()
         elif self.candidate == "binary":
             named["binary"] = _signs(vec).tolist()
+        indices, values = sparse_document(page.text)
+        if indices and self._meta.get("text_index"):
+            named[TEXT] = models.SparseVector(indices=indices, values=values)
         payload = {
             "page_id": page.page_id,
             "doc_id": page.doc_id,
@@ -667,33 +682,55 @@ class QdrantStore:
     # ------------------------------------------------------------------ search
     def search(
         self,
-        query: np.ndarray,
+        query: np.ndarray | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        text: str | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[SearchResult]:
-        """Top-k pages by MaxSim, best first; ties by page_id ascending."""
-        return self.search_many([query], k, filter=filter, mode=mode)[0]
+        """Top-k pages, best first; ties by page_id ascending (see `LocalStore.search` for
+        the modes; raw FTS syntax is the embedded store's alone)."""
+        return self.search_many(
+            None if query is None else [query],
+            k,
+            filter=filter,
+            mode=mode,
+            texts=None if text is None else [text],
+            alpha=alpha,
+            text_k=text_k,
+            fts_syntax=fts_syntax,
+        )[0]
 
     def search_many(
         self,
-        queries: Sequence[np.ndarray],
+        queries: Sequence[np.ndarray] | None,
         k: int = 5,
         *,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
+        texts: Sequence[str] | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[list[SearchResult]]:
         """`search` for several queries in one batched request.
 
         ``exact`` scans every (filtered) page's multivector; ``two_stage`` prefetches
         ``options.candidates`` pages through the candidate field and reranks them by MaxSim;
-        ``auto`` is exact up to ``options.exact_max_pages`` pages."""
+        ``auto`` is exact up to ``options.exact_max_pages`` pages. ``text`` searches the
+        sparse BM25 vectors; ``hybrid`` both, fused."""
         from vrag_compress.store.qdrant_filters import to_qdrant_filter
 
-        qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
         k = check_k(k)
-        check_mode(mode)
+        if check_mode(mode) in TEXT_MODES:
+            return self._search_with_text(
+                queries, texts, k, to_qdrant_filter(filter), mode, alpha, text_k, fts_syntax
+            )
+        qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
         flt = to_qdrant_filter(filter)
         if not qs:
             return []
@@ -703,6 +740,82 @@ class QdrantStore:
             "query", lambda: self._client().query_batch_points(self.collection, requests)
         )
         return [_results(r.points, k) for r in responses]
+
+    def _search_with_text(
+        self,
+        queries: Sequence[np.ndarray] | None,
+        texts: Sequence[str] | None,
+        k: int,
+        flt: models.Filter | None,
+        mode: str,
+        alpha: float | None,
+        text_k: int | None,
+        fts_syntax: bool,
+    ) -> list[list[SearchResult]]:
+        """BM25 over the sparse text vectors (``text``), or fused with MaxSim (``hybrid``):
+        every side of every query in one batched request, fused here like the embedded store."""
+        if fts_syntax:
+            raise StoreInputError(
+                "raw FTS syntax is understood by the embedded store only; search the words"
+            )
+        if not self._meta.get("text_index"):
+            raise StoreError(
+                f"{self.root} was created before text search; copy it into a new collection "
+                "(vrag migrate) to search its page text"
+            )
+        qs = None
+        if mode == "hybrid":
+            if queries is None:
+                raise StoreInputError("mode='hybrid' needs the query vectors as well as the text")
+            qs = [check_query(q, self.dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
+        words = check_texts(texts, None if qs is None else len(qs), mode)
+        alpha = check_alpha(alpha)
+        depth = k if mode == "text" else max(k, HYBRID_DEPTH)
+        text_depth = depth if text_k is None else check_k(text_k)
+        requests = [self._text_request(t, text_depth + _TIE_MARGIN, flt) for t in words]
+        if qs:
+            exact = self._use_exact("auto")
+            requests += [self._request(q, depth + _TIE_MARGIN, flt, exact) for q in qs]
+        responses = self._retry(
+            "query", lambda: self._client().query_batch_points(self.collection, requests)
+        )
+        out = []
+        for i in range(len(words)):
+            matched = [p for p in responses[i].points if p.score > 0]  # no shared term: no hit
+            text_hits = _results(matched, text_depth)
+            sides = {"text": text_hits}
+            if qs:
+                sides = {"visual": _results(responses[len(words) + i].points, depth), **sides}
+            payloads = {h.page_id: h for side in sides.values() for h in side}
+            fused = fuse(
+                {s: [(h.page_id, h.score) for h in hits] for s, hits in sides.items()},
+                k,
+                alpha=alpha if qs else None,
+            )
+            out.append(
+                [
+                    dataclasses.replace(
+                        payloads[str(f.key)],
+                        score=f.score if qs else f.components["text"]["score"],
+                        components=f.components,
+                    )
+                    for f in fused
+                ]
+            )
+        return out
+
+    def _text_request(
+        self, text: str, limit: int, flt: models.Filter | None
+    ) -> models.QueryRequest:
+        indices, values = sparse_query(text)
+        return models.QueryRequest(
+            query=models.SparseVector(indices=indices or [0], values=values or [0.0]),
+            using=TEXT,
+            filter=flt,
+            limit=limit,
+            with_payload=True,
+            with_vector=False,
+        )
 
     def _use_exact(self, mode: str) -> bool:
         if self.candidate == "none" or mode == "exact":
@@ -807,10 +920,13 @@ def _create_collections(
             multivector_config=maxsim,
             datatype=models.Datatype.FLOAT16,
         )
+    sparse = {TEXT: models.SparseVectorParams(modifier=models.Modifier.IDF)}
     _retry(
         opts,
         "create collection",
-        lambda: client.create_collection(loc.collection, vectors_config=vectors),
+        lambda: client.create_collection(
+            loc.collection, vectors_config=vectors, sparse_vectors_config=sparse
+        ),
     )
     if not _retry(
         opts, "collection check", lambda: client.collection_exists(loc.collection + SIDECAR_SUFFIX)

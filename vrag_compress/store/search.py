@@ -1,5 +1,8 @@
 """The search path of a `LocalStore`: filter, score (exact or two-stage) and resolve hits.
 
+The ``text`` mode ranks by BM25 over the page text (lexical.py); ``hybrid`` runs ``auto`` and
+``text`` with the same filter and fuses the two candidate lists (fusion.py).
+
 ``exact`` scores every (filtered) page; ``two_stage`` takes candidate pages from a FAISS token
 index and reranks them exactly; ``auto`` is exact while the filtered collection holds at most
 ``exact_max_tokens`` vectors (default 1,000,000, about 10,000 pages at 100 vectors each), where
@@ -20,12 +23,23 @@ from vrag_compress.store.base import SearchResult, StoreCorruptError
 from vrag_compress.store.centroid_index import CentroidIndexes
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filters import compile_filter
+from vrag_compress.store.fusion import check_alpha, fuse
+from vrag_compress.store.lexical import LexicalIndex
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores, one_blas_thread, top_k
 from vrag_compress.store.snapshot import Snapshot, Snapshots
-from vrag_compress.store.validate import as_list, check_k, check_mode, check_query
+from vrag_compress.store.validate import (
+    TEXT_MODES,
+    StoreInputError,
+    as_list,
+    check_k,
+    check_mode,
+    check_query,
+    check_texts,
+)
 
 log = logging.getLogger(__name__)
 SMALL_RERANK_TOKENS = 1 << 17  # reranks up to this many vectors run BLAS on one thread
+HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
 
 Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
 
@@ -39,21 +53,30 @@ class Searcher:
         self.ctx = ctx
         self.snapshots = snapshots
         self.centroids = centroids
+        self.lexical = LexicalIndex(ctx)
         self._ann: TokenIndex | None = None
 
     def search_many(
         self,
-        queries: Sequence[np.ndarray],
+        queries: Sequence[np.ndarray] | None,
         k: int,
         *,
         filter: dict[str, Any] | None,
         mode: str,
+        texts: Sequence[str] | None = None,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        fts_syntax: bool = False,
     ) -> list[list[SearchResult]]:
         """Top-k per query, best first, ties by page_id; retried when a hit was just deleted."""
-        dim = self.ctx.dim
-        qs = [check_query(q, dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
         k = check_k(k)
         mode = check_mode(mode)
+        if mode in TEXT_MODES:
+            return self._search_with_text(
+                queries, texts, k, filter, mode, alpha, text_k, fts_syntax
+            )
+        dim = self.ctx.dim
+        qs = [check_query(q, dim, f"queries[{i}]") for i, q in enumerate(as_list(queries))]
         where = compile_filter(filter) if filter else None
         if not qs:
             return []
@@ -65,6 +88,75 @@ class Searcher:
                     return results
                 self.snapshots.invalidate()  # a hit vanished (concurrent delete): fresh snapshot
             raise AssertionError("unreachable: the last attempt drops vanished hits")
+
+    def _search_with_text(
+        self,
+        queries: Sequence[np.ndarray] | None,
+        texts: Sequence[str] | None,
+        k: int,
+        filter: dict[str, Any] | None,
+        mode: str,
+        alpha: float | None,
+        text_k: int | None,
+        fts_syntax: bool,
+    ) -> list[list[SearchResult]]:
+        """The text mode (BM25 only) and the hybrid mode (auto and text, fused)."""
+        qs = None
+        if mode == "hybrid":
+            if queries is None:
+                raise StoreInputError("mode='hybrid' needs the query vectors as well as the text")
+            qs = [
+                check_query(q, self.ctx.dim, f"queries[{i}]")
+                for i, q in enumerate(as_list(queries))
+            ]
+        words = check_texts(texts, None if qs is None else len(qs), mode)
+        alpha = check_alpha(alpha)
+        depth = k if mode == "text" else max(k, HYBRID_DEPTH)
+        text_depth = depth if text_k is None else check_k(text_k)
+        where = compile_filter(filter) if filter else None
+        with self.ctx.catalog.mutex:
+            for attempt in range(3):
+                lexical = [
+                    self.lexical.search(t, text_depth, where, fts_syntax=fts_syntax) for t in words
+                ]
+                visual = self._search_snapshot(qs, depth, where, "auto") if qs else None
+                results = self._fuse(lexical, visual, k, alpha, drop_missing=attempt == 2)
+                if results is not None:
+                    return results
+                self.snapshots.invalidate()
+            raise AssertionError("unreachable: the last attempt drops vanished hits")
+
+    def _fuse(
+        self,
+        lexical: Hits,
+        visual: Hits | None,
+        k: int,
+        alpha: float | None,
+        drop_missing: bool,
+    ) -> list[list[SearchResult]] | None:
+        """Text hits (``visual`` None) or both sides fused, as results with their components."""
+        pids = sorted({int(p) for side in (lexical, visual or []) for ps, _ in side for p in ps})
+        rows = self._rows(pids, drop_missing)
+        if rows is None:
+            return None
+        pid_of = {row[1]: pid for pid, row in rows.items()}
+        out = []
+        for i, text_hits in enumerate(lexical):
+            sides = {"text": _ranked(*text_hits, rows)}
+            if visual is not None:
+                sides = {"visual": _ranked(*visual[i], rows), **sides}
+            fused = fuse(sides, k, alpha=alpha if visual is not None else None)
+            out.append(
+                [
+                    _result(
+                        rows[pid_of[f.key]],
+                        f.score if visual is not None else f.components["text"]["score"],
+                        f.components,
+                    )
+                    for f in fused
+                ]
+            )
+        return out
 
     def build_token_index(self) -> None:
         """Build the FAISS token index now instead of on the first two-stage search."""
@@ -161,13 +253,20 @@ class Searcher:
             pids = cat.filtered_pids(conn, *where)
         return np.array(sorted(pids), dtype=np.int64)
 
+    def _rows(self, pids: list[int], drop_missing: bool) -> dict[int, tuple] | None:
+        """`cat.HIT` rows of these pages by pid; None when one vanished meanwhile (a concurrent
+        delete), unless ``drop_missing``, which leaves such pages out."""
+        with self.ctx.catalog.read() as conn:
+            rows = {r[0]: r for r in cat.pages_by_pid(conn, pids, cat.HIT)}
+        if len(rows) < len(pids) and not drop_missing:
+            return None
+        return rows
+
     def _resolve(self, hits: Hits, drop_missing: bool = False) -> list[list[SearchResult]] | None:
         """Attach ids and metadata to hits; None when a hit's row vanished meanwhile (a
         concurrent delete), unless ``drop_missing``, which leaves such hits out."""
-        wanted = sorted({int(p) for pids, _ in hits for p in pids})
-        with self.ctx.catalog.read() as conn:
-            rows = {r[0]: r for r in cat.pages_by_pid(conn, wanted, cat.HIT)}
-        if len(rows) < len(wanted) and not drop_missing:
+        rows = self._rows(sorted({int(p) for pids, _ in hits for p in pids}), drop_missing)
+        if rows is None:
             return None
         return [
             [
@@ -179,7 +278,16 @@ class Searcher:
         ]
 
 
-def _result(row: tuple, score: float) -> SearchResult:
+def _ranked(
+    pids: np.ndarray, scores: np.ndarray, rows: dict[int, tuple]
+) -> list[tuple[str, float]]:
+    """One side's ``(page_id, score)`` list, best first, without pages that vanished."""
+    return [(rows[p][1], float(s)) for p, s in zip(pids.tolist(), scores, strict=True) if p in rows]
+
+
+def _result(
+    row: tuple, score: float, components: dict[str, dict[str, float]] | None = None
+) -> SearchResult:
     _, page_id, doc_id, page_no, meta, image_ref, text = row
     metadata = cat.metadata_dict(meta, f"page {page_id!r}")
-    return SearchResult(page_id, doc_id, page_no, score, metadata, image_ref, text)
+    return SearchResult(page_id, doc_id, page_no, score, metadata, image_ref, text, components)

@@ -168,7 +168,8 @@ def check_layout(config: dict[str, Any]) -> None:
         )
 
 
-SEARCH_MODES = ("auto", "exact", "two_stage")
+SEARCH_MODES = ("auto", "exact", "two_stage", "text", "hybrid")
+TEXT_MODES = ("text", "hybrid")
 
 
 def as_list(items: Any, what: str = "queries") -> list[Any]:
@@ -190,6 +191,19 @@ def check_mode(mode: Any) -> str:
     if mode not in SEARCH_MODES:
         raise StoreInputError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
     return str(mode)
+
+
+def check_texts(texts: Any, n_queries: int | None, mode: str) -> list[str]:
+    """The query texts the text and hybrid modes need: strings, one per query vector."""
+    if texts is None:
+        raise StoreInputError(f"mode={mode!r} needs the query text (text=... / texts=...)")
+    items = as_list(texts, "texts")
+    for i, t in enumerate(items):
+        if not isinstance(t, str):
+            raise StoreInputError(f"texts[{i}] must be a str, got {type(t).__name__}")
+    if n_queries is not None and n_queries != len(items):
+        raise StoreInputError(f"{n_queries} query vectors but {len(items)} query texts")
+    return items
 
 
 def check_missing(missing: Any) -> str:

@@ -1,0 +1,154 @@
+"""Text and hybrid search through `VisualIndex` and `vrag search`, on real PDFs with the tiny
+offline model: JSON components, --alpha, filters, hostile queries, an old index, both backends."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vrag_compress import VisualIndex
+from vrag_compress.cli import app
+from vrag_compress.store import catalog as cat
+
+pytestmark = pytest.mark.slow  # end to end with a real (tiny) model and real PDFs
+
+runner = CliRunner()
+
+
+def run(*args: object) -> tuple[int, str]:
+    result = runner.invoke(app, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("docs")
+    gov = shared_data / "pdfs" / "gov"
+    shutil.copy(gov / "scotus-transcript-p1.pdf", folder / "scotus.pdf")
+    shutil.copy(gov / "senate-expenditures.pdf", folder / "senate.pdf")
+    for name in ("eu-007.pdf", "us-020.pdf"):  # 6 pages each
+        shutil.copy(shared_data / "pdfs" / "icdar2013" / name, folder / name)
+    path = tmp_path_factory.mktemp("idx") / "idx"
+    code, out = run("index", folder, "--index", path, "--model", "tiny-colqwen2", "--json")
+    assert code == 0, out
+    return path
+
+
+def search_json(*args: object) -> list[dict]:
+    result = runner.invoke(app, ["search", *map(str, args), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["hits"]
+
+
+def test_text_mode_finds_the_page_with_the_words(index_dir):
+    hits = search_json(index_dir, "ORAL ARGUMENT of the petitioner", "--mode", "text", "-k", "3")
+    assert hits and hits[0]["metadata"]["filename"] == "scotus.pdf"
+    assert hits[0]["components"]["text"]["rank"] == 1
+    assert set(hits[0]["components"]) == {"text"}
+    assert hits[0]["score"] == hits[0]["components"]["text"]["score"]
+
+
+def test_hybrid_json_carries_both_components(index_dir):
+    hits = search_json(index_dir, "oral argument petitioner", "--mode", "hybrid", "-k", "5")
+    assert len(hits) == 5
+    sides = [set(h["components"]) for h in hits]
+    assert all(s and s <= {"visual", "text"} for s in sides)
+    assert any(s == {"visual", "text"} for s in sides)
+    for h in hits:
+        expected = sum(1 / (60 + c["rank"]) for c in h["components"].values())
+        assert h["score"] == pytest.approx(expected)
+    mixed = search_json(index_dir, "oral argument", "--mode", "hybrid", "--alpha", "0.5")
+    assert all(0 <= h["score"] <= 1 for h in mixed)
+    assert search_json(index_dir, "oral argument", "-k", "2")[0]["components"] is None
+
+
+def test_filters_reach_both_sides(index_dir):
+    hits = search_json(
+        index_dir,
+        "oral argument",
+        "--mode",
+        "hybrid",
+        "-k",
+        "50",
+        "--filter",
+        "filename=senate.pdf",
+    )
+    assert hits and {h["metadata"]["filename"] for h in hits} == {"senate.pdf"}
+
+
+@pytest.mark.parametrize(
+    "query", ['"unbalanced', "NEAR(a b", "argu*", "-oral", "(((", "x" * 10_000, "AND OR NOT"]
+)
+def test_hostile_queries_never_traceback(index_dir, query):
+    for mode in ("text", "hybrid"):
+        code, out = run("search", "--mode", mode, "--json", "--", index_dir, query)
+        assert code == 0, out
+        assert "Traceback" not in out
+
+
+def test_raw_fts_syntax_flag(index_dir):
+    hits = search_json(index_dir, '"oral argument"', "--mode", "text", "--fts-syntax")
+    assert hits and hits[0]["metadata"]["filename"] == "scotus.pdf"
+    code, out = run("search", index_dir, "(((", "--mode", "text", "--fts-syntax")
+    assert code == 1 and "not valid FTS5 syntax" in out and "Traceback" not in out
+
+
+def test_bad_usage_exits_2(index_dir):
+    assert run("search", index_dir, "x", "--alpha", "0.5")[0] == 2  # alpha without hybrid
+    assert run("search", index_dir, "x", "--mode", "hybrid", "--alpha", "2")[0] == 2
+    assert run("search", index_dir, "x", "--mode", "bm25")[0] == 2
+
+
+def test_table_output_says_who_found_each_page(index_dir):
+    code, out = run("search", index_dir, "oral argument", "--mode", "hybrid", "-k", "3")
+    assert code == 0 and "found by" in out and ("visual #" in out or "text #" in out)
+
+
+def test_python_api(index_dir):
+    with VisualIndex.open(index_dir, readonly=True) as index:
+        hits = index.search("oral argument", k=3, mode="hybrid", alpha=0.3)
+        assert hits[0].found_by and hits[0].to_dict()["components"] == hits[0].components
+        assert index.search("oral argument", k=3, mode="text")[0].found_by == ["text"]
+        with pytest.raises(ValueError, match="alpha"):
+            index.search("x", mode="auto", alpha=0.5)
+
+
+def test_an_old_index_searches_text_and_gains_the_index(index_dir, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(index_dir, old)
+    conn = sqlite3.connect(old / cat.CATALOG_NAME, isolation_level=None)
+    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE pages_fts")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    cat.seal_meta(conn)
+    conn.close()
+    before = search_json(index_dir, "oral argument", "--mode", "text")
+    assert search_json(old, "oral argument", "--mode", "text") == [
+        {**h, "image_path": h["image_path"] and h["image_path"].replace(str(index_dir), str(old))}
+        for h in before
+    ]
+    assert run("verify", old)[0] == 0
+    with VisualIndex.open(old) as index:  # a writer open upgrades the catalog
+        assert [h.page_id for h in index.search("oral argument", mode="text")] == [
+            h["page_id"] for h in before
+        ]
+    conn = sqlite3.connect(old / cat.CATALOG_NAME)
+    assert cat.has_text_index(conn)
+    conn.close()
+
+
+def test_hybrid_on_qdrant(index_dir, tmp_path):
+    pytest.importorskip("qdrant_client")
+    url = f"qdrant+local://{tmp_path / 'q'}?collection=idx"
+    assert run("migrate", index_dir, url)[0] == 0
+    local = search_json(index_dir, "oral argument", "--mode", "text", "-k", "3")
+    remote = search_json(index_dir, "oral argument", "--mode", "text", "-k", "3", "--store", url)
+    assert remote and remote[0]["page_id"] == local[0]["page_id"]
+    hybrid = search_json(index_dir, "oral argument", "--mode", "hybrid", "--store", url)
+    assert any(set(h["components"]) == {"visual", "text"} for h in hybrid)

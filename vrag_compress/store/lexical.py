@@ -1,0 +1,137 @@
+"""The lexical side of search: BM25 over the stored page text with SQLite FTS5.
+
+The text index lives in the catalog (catalog.py keeps it exact with triggers). User text never
+reaches FTS5 as syntax: its words are quoted and OR-ed, as a keyword engine treats a question, so
+quotes, ``NEAR``, ``*``, ``-`` or unbalanced parentheses are just characters. Raw FTS5 syntax
+(phrases, ``NEAR``, prefixes, boolean operators) is available on request, and a malformed raw
+query is a clear `StoreInputError`, never an SQLite error.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import unicodedata
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import catalog as cat
+from vrag_compress.store.context import StoreContext
+from vrag_compress.store.validate import StoreInputError
+
+# A run of letters or digits in any script: what the unicode61 tokenizer keeps as a token.
+_WORD = re.compile(r"[^\W_]+")
+MAX_TEXT_QUERY_CHARS = 100_000
+
+
+def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
+    """The FTS5 expression for a user query: its distinct words, each quoted, OR-ed (None when
+    it has no words); with ``fts_syntax`` the text itself."""
+    match_text(text)
+    if fts_syntax:
+        return text if text.strip() else None
+    words = dict.fromkeys(w.casefold() for w in _WORD.findall(text))
+    return " OR ".join(f'"{w}"' for w in words) or None
+
+
+class LexicalIndex:
+    """BM25 top-k over a store's text index (or, for a reader of a catalog made before text
+    indexes, over a private in-memory one rebuilt when the store changes)."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+        self._temp_generation: int | None = None
+
+    def search(
+        self,
+        text: str,
+        k: int,
+        where: tuple[str, Sequence[Any]] | None,
+        *,
+        fts_syntax: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(pids, bm25 scores)`` of the best ``k`` pages whose text matches, best first."""
+        match = match_expression(text, fts_syntax=fts_syntax)
+        if match is None:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        with self.ctx.catalog.mutex:
+            conn = self.ctx.catalog.connection()
+            with cat.translate_errors(self.ctx.catalog.path):
+                self._ensure_index(conn)
+            try:
+                rows = cat.text_matches(conn, match, where, k)
+            except sqlite3.OperationalError as exc:
+                if not fts_syntax or cat.is_corruption(exc):
+                    with cat.translate_errors(self.ctx.catalog.path):
+                        raise
+                raise StoreInputError(
+                    f"the text query {text[:80]!r} is not valid FTS5 syntax ({exc}); search "
+                    "without raw FTS syntax to match its words as typed"
+                ) from None
+        pids = np.array([r[0] for r in rows], dtype=np.int64)
+        return pids, np.array([r[1] for r in rows], dtype=np.float64)
+
+    def _ensure_index(self, conn: sqlite3.Connection) -> None:
+        """Use the catalog's text index; a catalog without one gets a private one here."""
+        if cat.has_text_index(conn):
+            if self._temp_generation is not None:
+                cat.drop_temp_text_index(conn)
+                self._temp_generation = None
+            return
+        gen = cat.generation(conn)
+        if gen != self._temp_generation:
+            cat.build_temp_text_index(conn)
+            self._temp_generation = gen
+
+
+# ----------------------------------------------------------------------------- sparse BM25 terms
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+SPARSE_AVG_WORDS = 256.0  # the typical page length the length normalisation assumes
+
+
+def terms(text: str | None) -> list[str]:
+    """The words of ``text`` folded as the FTS5 tokenizer folds them: case, diacritics and
+    compatibility forms ("Café" -> "cafe", "ﬁ" -> "fi")."""
+    if not text:
+        return []
+    decomposed = unicodedata.normalize("NFKD", text)
+    plain = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return [w.casefold() for w in _WORD.findall(plain)]
+
+
+def term_id(term: str) -> int:
+    """A stable 32-bit id for a term (the index of its sparse-vector dimension)."""
+    return zlib.crc32(term.encode("utf-8"))
+
+
+def sparse_document(text: str | None) -> tuple[list[int], list[float]]:
+    """A page's BM25 term weights (tf saturation and length normalisation), for a backend that
+    applies the IDF itself at query time (Qdrant's sparse vectors with the IDF modifier)."""
+    words = terms(text)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * len(words) / SPARSE_AVG_WORDS)
+    counts = Counter(term_id(w) for w in words)
+    ids = sorted(counts)
+    return ids, [counts[i] * (BM25_K1 + 1) / (counts[i] + norm) for i in ids]
+
+
+def sparse_query(text: str) -> tuple[list[int], list[float]]:
+    """A query's terms, each weighted 1 (the score then sums IDF x term weight: BM25)."""
+    ids = sorted({term_id(w) for w in terms(match_text(text))})
+    return ids, [1.0] * len(ids)
+
+
+def match_text(text: str) -> str:
+    """``text`` checked as a query text (a str of bounded length)."""
+    if not isinstance(text, str):
+        raise StoreInputError(f"the text query must be a str, got {type(text).__name__}")
+    if len(text) > MAX_TEXT_QUERY_CHARS:
+        raise StoreInputError(
+            f"the text query has {len(text):,} characters; at most {MAX_TEXT_QUERY_CHARS:,}"
+        )
+    return text
