@@ -99,3 +99,13 @@ def test_config_round_trip_and_crafted_options():
     for bad in ({"dtype": "float8"}, {"speedup": "int4"}, {"threads": 4}, ["dtype"]):
         with pytest.raises(IndexConfigError, match="encoder_options"):
             IndexConfig.from_dict({**data, "encoder_options": bad})
+
+
+def test_the_cpu_only_int8_option_is_left_out_on_a_gpu(monkeypatch: pytest.MonkeyPatch):
+    from vrag_compress.encoders import colpali
+    from vrag_compress.index import _reopen_options
+
+    recorded = {"dtype": "float32", "speedup": "int8"}
+    assert _reopen_options(recorded, "cpu") == recorded
+    monkeypatch.setattr(colpali, "pick_device", lambda device: "cuda")
+    assert _reopen_options(recorded, "auto") == {"dtype": "float32"}
