@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,11 +62,22 @@ def show(result: dict) -> None:
     )
 
 
+def typed_questions() -> Iterator[str]:
+    """Questions typed on stdin, one a line, until an empty line or the end of the input."""
+    while True:
+        try:
+            question = input("> ")
+        except EOFError:
+            return
+        if not question:
+            return
+        yield question
+
+
 def chat(chain, first: str | None) -> None:
     """A chatbot: history is the list of earlier turns, passed with every question."""
     history: list[BaseMessage] = []
-    questions = itertools.chain([first] if first else [], iter(lambda: input("> "), ""))
-    for question in questions:
+    for question in itertools.chain([first] if first else [], typed_questions()):
         result = chain.invoke({"question": question, "history": history})
         show(result)
         history += [HumanMessage(question), AIMessage(result["answer"])]
