@@ -112,7 +112,7 @@ def test_search_takes_every_mode_the_store_has(uot_index: Path) -> None:
     for mode in SEARCH_MODES:
         result = run("search", uot_index, "oral argument", "--mode", mode, "-k", "2", "--json")
         assert result.exit_code == 0, (mode, result.output)
-        assert len(json.loads(result.stdout)["hits"]) == 2
+        assert 1 <= len(json.loads(result.stdout)["hits"]) <= 2  # text: only pages with the words
 
 
 def test_a_missing_input_is_refused_before_anything_is_created(tmp_path: Path) -> None:
