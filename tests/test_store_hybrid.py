@@ -80,7 +80,7 @@ def test_alpha_interpolates_min_max_normalised_scores():
     assert scores == pytest.approx({"a": 0.5, "b": 0.5 * 4 / 9 + 0.5, "c": 0.0, "d": 0.0})
     assert [f.key for f in fused] == ["b", "a", "c", "d"]  # ties by key
     assert [f.key for f in fuse(SIDES, 2, alpha=1.0)] == ["a", "b"]  # the visual ranking
-    assert [f.key for f in fuse(SIDES, 2, alpha=0.0)] == ["b", "a"]  # text first (b), then 0s
+    assert [f.key for f in fuse(SIDES, 2, alpha=0.0)] == ["b", "d"]  # the text ranking
 
 
 @pytest.mark.parametrize("alpha", [-0.1, 1.5, "0.5", True])

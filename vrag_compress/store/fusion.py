@@ -48,18 +48,28 @@ def fuse(
     alpha: float | None = None,
 ) -> list[Fused]:
     """The best ``k`` of the union of the sides' candidates (each side: ``(key, score)`` best
-    first), by RRF, or by interpolation when ``alpha`` is given; ties by key ascending."""
+    first), by RRF, or by interpolation when ``alpha`` is given. Equal fused scores are ordered
+    by the rank on the heavier side, then on the other, then by key (so ``alpha=0`` gives the
+    text ranking and ``alpha=1`` the visual one even where min-max maps a last candidate to 0)."""
     alpha = check_alpha(alpha)
+    weights = {
+        s: 1.0 if alpha is None else (alpha if s == "visual" else 1.0 - alpha) for s in sides
+    }
     fused: dict[Hashable, Fused] = {}
     for side, ranked in sides.items():
-        weight = 1.0 if alpha is None else (alpha if side == "visual" else 1.0 - alpha)
         normalised = _min_max([s for _, s in ranked]) if alpha is not None else []
         for rank, (key, score) in enumerate(ranked, start=1):
             hit = fused.setdefault(key, Fused(key, 0.0))
             hit.components[side] = {"rank": rank, "score": float(score)}
             part = 1.0 / (RRF_K + rank) if alpha is None else normalised[rank - 1]
-            hit.score += weight * part
-    return sorted(fused.values(), key=lambda f: (-f.score, str(f.key)))[:k]
+            hit.score += weights[side] * part
+    order = sorted(sides, key=lambda s: (-weights[s], SIDES.index(s) if s in SIDES else 9))
+
+    def tie_order(f: Fused) -> tuple:
+        ranks = [f.components.get(s, {}).get("rank", float("inf")) for s in order]
+        return (-f.score, *ranks, str(f.key))
+
+    return sorted(fused.values(), key=tie_order)[:k]
 
 
 def _min_max(scores: list[float]) -> list[float]:

@@ -43,6 +43,8 @@ def hit_to_document(
 ) -> Document:
     """A `Document` for one hit: texts come back as added; pages carry page, source and image."""
     metadata = dict(hit.metadata)
+    if hit.components is not None:  # text / hybrid search: each side's rank and score
+        metadata["search_components"] = hit.components
     if metadata.pop(KIND_KEY, None) == TEXT_KIND:
         if with_score:
             metadata["score"] = hit.score

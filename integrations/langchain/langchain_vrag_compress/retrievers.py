@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -19,6 +19,7 @@ from langchain_vrag_compress._documents import hit_to_document
 
 # LangChain forwards every invoke kwarg; `verbose` is its own and means nothing to a search.
 _IGNORED_KWARGS = frozenset({"verbose"})
+_FUSION_KWARGS = frozenset({"alpha", "text_k"})  # hybrid settings (also in search_kwargs)
 
 
 class CompressedColPaliRetriever(BaseRetriever):
@@ -32,6 +33,11 @@ class CompressedColPaliRetriever(BaseRetriever):
 
     `k`, `filter` and `include_image_base64` are fields and can be overridden per call:
     ``retriever.invoke("query", k=2, filter={"year": {"$gte": 2020}})``.
+
+    `search_type` "similarity" ranks by MaxSim (with `search_mode`), "text" by BM25 over the
+    page text, "hybrid" fuses both (reciprocal rank fusion, or normalised scores weighted by
+    `search_kwargs["alpha"]`, 0 text only .. 1 visual only; `search_kwargs["text_k"]` text
+    candidates); text and hybrid documents carry `search_components` in their metadata.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -43,6 +49,8 @@ class CompressedColPaliRetriever(BaseRetriever):
     image_format: str = "jpeg"
     image_max_side: int | None = 1024
     search_mode: SearchMode = "auto"
+    search_type: Literal["similarity", "hybrid", "text"] = "similarity"
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_path(
@@ -60,18 +68,27 @@ class CompressedColPaliRetriever(BaseRetriever):
         include_image_base64: bool | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        unknown = set(kwargs) - _IGNORED_KWARGS
+        unknown = set(kwargs) - _IGNORED_KWARGS - _FUSION_KWARGS
         if unknown:
             raise TypeError(
                 f"CompressedColPaliRetriever got unknown search arguments {sorted(unknown)}; "
-                "it accepts k, filter and include_image_base64"
+                "it accepts k, filter, include_image_base64, alpha and text_k"
             )
-        k = self.k if k is None else k
+        options = self.search_kwargs | {n: kwargs[n] for n in _FUSION_KWARGS & set(kwargs)}
+        k = options.pop("k", self.k) if k is None else k
+        filter = options.pop("filter", self.filter) if filter is None else filter
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        hits = self.index.search(
-            query, k=k, filter=self.filter if filter is None else filter, mode=self.search_mode
-        )
+        mode: SearchMode = self.search_mode
+        if self.search_type == "hybrid":
+            mode = "hybrid"
+        elif self.search_type == "text":
+            mode = "text"
+        if self.search_type != "hybrid" and options:
+            raise ValueError(
+                f"{sorted(options)} weigh hybrid search; set search_type='hybrid' to use them"
+            )
+        hits = self.index.search(query, k=k, filter=filter, mode=mode, **options)
         with_image = (
             self.include_image_base64 if include_image_base64 is None else (include_image_base64)
         )

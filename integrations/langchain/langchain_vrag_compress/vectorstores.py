@@ -11,14 +11,19 @@ from __future__ import annotations
 import logging
 import tempfile
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from PIL import Image
 from vrag_compress import (
     Hit,
@@ -360,6 +365,60 @@ class VragVectorStore(VectorStore):
         chosen = _mmr([stored[h.page_id] for h in hits], relevance, k, lambda_mult)
         return [self._document(hits[i], with_score=True) for i in chosen]
 
+    def hybrid_search_with_score(
+        self,
+        query: str,
+        k: int = 5,
+        filter: dict[str, Any] | None = None,
+        *,
+        alpha: float | None = None,
+        text_k: int | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """Top-k entries by the fusion of MaxSim and BM25 over the stored text: reciprocal rank
+        fusion, or with ``alpha`` (0 text only .. 1 vectors only) normalised score interpolation;
+        ``text_k`` text candidates are fused. Each document's metadata holds
+        ``search_components``: the rank and score of each side that found it."""
+        return self._search_text_modes(query, k, filter, "hybrid", alpha, text_k)
+
+    def hybrid_search(
+        self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [doc for doc, _ in self.hybrid_search_with_score(query, k, filter, **kwargs)]
+
+    def text_search_with_score(
+        self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Top-k entries by BM25 over the stored text alone (no embedding is computed)."""
+        return self._search_text_modes(query, k, filter, "text", None, None)
+
+    def text_search(
+        self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Document]:
+        return [doc for doc, _ in self.text_search_with_score(query, k, filter, **kwargs)]
+
+    def _search_text_modes(
+        self,
+        query: str,
+        k: int,
+        filter: dict[str, Any] | None,
+        mode: SearchMode,
+        alpha: float | None,
+        text_k: int | None,
+    ) -> list[tuple[Document, float]]:
+        if not query.strip():
+            raise VragStoreError("empty query: give the words or question to search for")
+        if self.index.store.count() == 0:
+            return []
+        hits = self.index.search(query, k=k, filter=filter, mode=mode, alpha=alpha, text_k=text_k)
+        return [(self._document(h, with_score=False), h.score) for h in hits]
+
+    def as_retriever(self, **kwargs: Any) -> VragVectorStoreRetriever:
+        """A retriever; ``search_type`` may also be "hybrid" (``search_kwargs``: k, filter,
+        alpha, text_k) or "text" (BM25 over the stored text)."""
+        tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
+        return VragVectorStoreRetriever(vectorstore=self, tags=tags, **kwargs)
+
     @classmethod
     def from_texts(
         cls,
@@ -378,6 +437,39 @@ class VragVectorStore(VectorStore):
         store = cls(index=index, embedding=embedding, model=model, path=path, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+
+class VragVectorStoreRetriever(VectorStoreRetriever):
+    """LangChain's vector store retriever, plus ``search_type="hybrid"`` and ``"text"``."""
+
+    allowed_search_types: ClassVar[Collection[str]] = (
+        *VectorStoreRetriever.allowed_search_types,
+        "hybrid",
+        "text",
+    )
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        store = self.vectorstore
+        if self.search_type == "hybrid" and isinstance(store, VragVectorStore):
+            return store.hybrid_search(query, **(self.search_kwargs | kwargs))
+        if self.search_type == "text" and isinstance(store, VragVectorStore):
+            return store.text_search(query, **(self.search_kwargs | kwargs))
+        return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        if self.search_type in ("hybrid", "text"):  # CPU/GPU-bound: off the event loop
+            return await run_in_executor(
+                None,
+                self._get_relevant_documents,
+                query,
+                run_manager=run_manager.get_sync(),
+                **kwargs,
+            )
+        return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
 
 
 def _chamfer(a: np.ndarray, b: np.ndarray) -> float:

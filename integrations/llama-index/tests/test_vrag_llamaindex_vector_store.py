@@ -171,8 +171,8 @@ def test_bad_queries_are_refused(store, corpus_nodes):
     store.add(corpus_nodes)
     with pytest.raises(ValueError, match="query_str"):
         store.query(VectorStoreQuery(query_embedding=[0.1, 0.2], similarity_top_k=1))
-    with pytest.raises(ValueError, match="default query mode"):
-        store.query(VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.HYBRID))
+    with pytest.raises(ValueError, match="supports the query modes default, hybrid"):
+        store.query(VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.MMR))
 
 
 def test_close_releases_the_write_lock_and_readonly_opens_beside_a_writer(

@@ -147,6 +147,11 @@ def hit_to_node(hit: Hit, image_mode: ImageMode = "path") -> ImageNode:
         node = new_page_node(
             hit.doc_id, hit.page_no, text=hit.text, source=hit.source, metadata=extra
         )
+    if hit.components is not None:  # text / hybrid search: where each side ranked the page
+        node.metadata["search_components"] = hit.components
+        for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+            if "search_components" not in keys:
+                keys.append("search_components")
     attach_image(node, hit, image_mode)
     return node
 

@@ -16,12 +16,12 @@ from typing import Any
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from llama_index.core.vector_stores.types import MetadataFilters
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQueryMode
 from vrag_compress import Encoder, VisualIndex
 
 from llama_index.retrievers.vrag_compress.filters import StoreFilter, to_store_filter
 from llama_index.retrievers.vrag_compress.nodes import ImageMode, check_image_mode, hit_to_node
-from llama_index.retrievers.vrag_compress.vector_store import VragVectorStore
+from llama_index.retrievers.vrag_compress.vector_store import VragVectorStore, search_options
 
 
 class CompressedColPaliRetriever(BaseRetriever):
@@ -36,6 +36,10 @@ class CompressedColPaliRetriever(BaseRetriever):
         image_mode: "path" (stored page image file, inline PNG when the index keeps none),
             "base64" (always inline) or "none".
         encoder: an encoder object to use instead of loading the index's model (tests, GPUs).
+        vector_store_query_mode: "default" (MaxSim), "text_search" (BM25 over the page text)
+            or "hybrid" (both fused: reciprocal rank fusion, or `alpha`-weighted scores).
+        alpha: hybrid weight, 0 text only .. 1 visual only; None for reciprocal rank fusion.
+        sparse_top_k: text candidates a hybrid search fuses (default max(k, 50)).
     """
 
     def __init__(
@@ -46,6 +50,9 @@ class CompressedColPaliRetriever(BaseRetriever):
         filters: MetadataFilters | StoreFilter | None = None,
         image_mode: ImageMode = "path",
         encoder: Encoder | None = None,
+        vector_store_query_mode: VectorStoreQueryMode | str = VectorStoreQueryMode.DEFAULT,
+        alpha: float | None = None,
+        sparse_top_k: int | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -53,6 +60,12 @@ class CompressedColPaliRetriever(BaseRetriever):
             raise TypeError(f"similarity_top_k must be an int, got {similarity_top_k!r}")
         if similarity_top_k < 1:
             raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k}")
+        search_options(  # a clear error now for a mode or alpha the index cannot run
+            vector_store_query_mode, similarity_top_k=similarity_top_k, alpha=alpha
+        )
+        self.vector_store_query_mode = VectorStoreQueryMode(vector_store_query_mode)
+        self.alpha = alpha
+        self.sparse_top_k = sparse_top_k
         shared = _shared_index(index)
         self._owns_index = shared is None
         if shared is not None:
@@ -86,7 +99,13 @@ class CompressedColPaliRetriever(BaseRetriever):
         query = query_bundle.query_str
         if not query or not query.strip():
             raise ValueError("the query is empty; pass the question text to retrieve()")
-        hits = self._index.search(query, k=self.similarity_top_k, filter=self._filter)
+        options = search_options(
+            self.vector_store_query_mode,
+            similarity_top_k=self.similarity_top_k,
+            alpha=self.alpha,
+            sparse_top_k=self.sparse_top_k,
+        )
+        hits = self._index.search(query, filter=self._filter, **options)
         return [NodeWithScore(node=hit_to_node(h, self.image_mode), score=h.score) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -270,15 +270,23 @@ class VragVectorStore(BasePydanticVectorStore):
 
     # ----------------------------------------------------------------- reading
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Top-k pages for `query.query_str` by MaxSim; filters and `doc_ids` restrict them.
+        """Top-k pages for `query.query_str`; filters and `doc_ids` restrict them.
+
+        `query.mode`: DEFAULT ranks by MaxSim; TEXT_SEARCH (or SPARSE) by BM25 over the page
+        text; HYBRID fuses both (reciprocal rank fusion, or `query.alpha`-weighted normalised
+        scores; `sparse_top_k` text candidates; `hybrid_top_k` results when set). Hybrid and
+        text nodes carry `search_components` in their metadata: each side's rank and score.
 
         `query.node_ids` is ignored: `VectorStoreIndex.as_retriever()` fills it with only the
         nodes inserted through that index object, which would hide pages indexed elsewhere.
         """
-        if query.mode != VectorStoreQueryMode.DEFAULT:
-            raise ValueError(
-                f"VragVectorStore supports only the default query mode, got {query.mode.value!r}"
-            )
+        options = search_options(
+            query.mode,
+            similarity_top_k=query.similarity_top_k,
+            alpha=query.alpha,
+            sparse_top_k=query.sparse_top_k,
+            hybrid_top_k=query.hybrid_top_k,
+        )
         if not query.query_str or not query.query_str.strip():
             raise ValueError(
                 "VragVectorStore encodes queries itself and needs query.query_str; "
@@ -286,7 +294,7 @@ class VragVectorStore(BasePydanticVectorStore):
             )
         doc_filter = {"doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None
         where = merge_filters(to_store_filter(query.filters), doc_filter)
-        hits = self._index.search(query.query_str, k=query.similarity_top_k, filter=where)
+        hits = self._index.search(query.query_str, filter=where, **options)
         return VectorStoreQueryResult(
             nodes=[hit_to_node(h, self.image_mode) for h in hits],
             similarities=[h.score for h in hits],
@@ -316,6 +324,44 @@ class VragVectorStore(BasePydanticVectorStore):
         # a neutral query ranks every page at 0, so the top-`total` is exactly the filtered set
         probe = np.zeros((1, int(store.config["dim"])), dtype=np.float32)
         return [r.page_id for r in store.search(probe, k=total, filter=where, mode="exact")]
+
+
+# LlamaIndex query modes and the index's search modes they run.
+QUERY_MODES = {
+    VectorStoreQueryMode.DEFAULT: "auto",
+    VectorStoreQueryMode.HYBRID: "hybrid",
+    VectorStoreQueryMode.TEXT_SEARCH: "text",
+    VectorStoreQueryMode.SPARSE: "text",
+}
+
+
+def search_options(
+    mode: VectorStoreQueryMode | str,
+    *,
+    similarity_top_k: int,
+    alpha: float | None = None,
+    sparse_top_k: int | None = None,
+    hybrid_top_k: int | None = None,
+) -> dict[str, Any]:
+    """`VisualIndex.search` keyword arguments for a LlamaIndex query mode and its settings."""
+    try:
+        wanted = VectorStoreQueryMode(mode)
+    except ValueError:
+        wanted = None
+    if wanted not in QUERY_MODES:
+        names = ", ".join(m.value for m in QUERY_MODES)
+        raise ValueError(f"VragVectorStore supports the query modes {names}; got {mode!r}")
+    search_mode = QUERY_MODES[wanted]
+    if search_mode == "hybrid":
+        return {
+            "mode": "hybrid",
+            "k": hybrid_top_k or similarity_top_k,
+            "alpha": alpha,
+            "text_k": sparse_top_k,
+        }
+    if search_mode == "text":
+        return {"mode": "text", "k": sparse_top_k or similarity_top_k}
+    return {"mode": "auto", "k": similarity_top_k}
 
 
 def _page_no(value: Any) -> int | None:
