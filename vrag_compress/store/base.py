@@ -208,11 +208,25 @@ class MultiVectorStore(Protocol):
         text_k: int | None = None,
         fts_syntax: bool = False,
     ) -> list[SearchResult]:
-        """Top-k pages. ``text`` is the query's words, needed by the ``text`` mode (where
-        ``query`` may be None) and the ``hybrid`` mode; ``alpha`` switches hybrid from rank fusion
-        to score interpolation; ``text_k`` is how many text candidates hybrid fuses;
-        ``fts_syntax`` reads ``text`` as a raw full-text query instead of plain words."""
-        ...
+        """Top-k pages, best first; ties by page_id ascending. By MaxSim in the visual modes
+        (``auto``, ``exact``, ``two_stage``), by BM25 of ``text`` (the query's words) over the
+        page text in ``text`` mode (``query`` may be None), fused in ``hybrid`` mode: reciprocal
+        rank fusion, or min-max normalised ``alpha * visual + (1 - alpha) * text`` when
+        ``alpha`` is given. ``text_k`` is how many text candidates hybrid fuses (default
+        max(k, 50)); ``fts_syntax`` reads ``text`` as a raw full-text query (phrases, NEAR,
+        prefix*) instead of plain words.
+
+        One query of `search_many`: the stores subclass this protocol and inherit it."""
+        return self.search_many(
+            None if query is None else [query],
+            k,
+            filter=filter,
+            mode=mode,
+            texts=None if text is None else [text],
+            alpha=alpha,
+            text_k=text_k,
+            fts_syntax=fts_syntax,
+        )[0]
 
     def search_many(
         self,

@@ -39,6 +39,7 @@ from vrag_compress.store import integrity
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import (
     DocumentRecord,
+    MultiVectorStore,
     PageNotFoundError,
     PageRecord,
     SearchMode,
@@ -131,7 +132,7 @@ def _claim(tmp: Path, catalog: Path) -> None:
         os.replace(tmp, catalog)
 
 
-class LocalStore:
+class LocalStore(MultiVectorStore):
     """Embedded multi-vector store; build with `LocalStore.create` or `LocalStore.open`."""
 
     def __init__(
@@ -392,35 +393,6 @@ class LocalStore:
             return cat.page_ids(conn, doc_id)
 
     # ----------------------------------------------------------------- search
-
-    def search(
-        self,
-        query: np.ndarray | None,
-        k: int = 5,
-        *,
-        filter: dict[str, Any] | None = None,
-        mode: SearchMode = "auto",
-        text: str | None = None,
-        alpha: float | None = None,
-        text_k: int | None = None,
-        fts_syntax: bool = False,
-    ) -> list[SearchResult]:
-        """Top-k pages, best first; ties by page_id ascending. By MaxSim in the visual modes
-        (``auto``, ``exact``, ``two_stage``), by BM25 of ``text`` over the page text in
-        ``text`` mode (``query`` may be None), fused in ``hybrid`` mode: reciprocal rank fusion,
-        or min-max normalised ``alpha * visual + (1 - alpha) * text`` when ``alpha`` is given.
-        ``text_k`` is how many text candidates hybrid fuses (default max(k, 50));
-        ``fts_syntax`` reads ``text`` as a raw FTS5 query (phrases, NEAR, prefix*)."""
-        return self.search_many(
-            None if query is None else [query],
-            k,
-            filter=filter,
-            mode=mode,
-            texts=None if text is None else [text],
-            alpha=alpha,
-            text_k=text_k,
-            fts_syntax=fts_syntax,
-        )[0]
 
     def search_many(
         self,

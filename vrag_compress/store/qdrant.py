@@ -41,6 +41,7 @@ import numpy as np
 from vrag_compress.store.base import (
     DocumentRecord,
     DuplicatePageError,
+    MultiVectorStore,
     PageNotFoundError,
     PageRecord,
     SearchMode,
@@ -280,7 +281,7 @@ def _transient(exc: Exception) -> bool:
 # ----------------------------------------------------------------------------- the store
 
 
-class QdrantStore:
+class QdrantStore(MultiVectorStore):
     """`MultiVectorStore` over one Qdrant collection; `create`/`open` take a URL or location."""
 
     def __init__(
@@ -680,31 +681,6 @@ class QdrantStore:
                 return points
 
     # ------------------------------------------------------------------ search
-    def search(
-        self,
-        query: np.ndarray | None,
-        k: int = 5,
-        *,
-        filter: dict[str, Any] | None = None,
-        mode: SearchMode = "auto",
-        text: str | None = None,
-        alpha: float | None = None,
-        text_k: int | None = None,
-        fts_syntax: bool = False,
-    ) -> list[SearchResult]:
-        """Top-k pages, best first; ties by page_id ascending (see `LocalStore.search` for
-        the modes; raw FTS syntax is the embedded store's alone)."""
-        return self.search_many(
-            None if query is None else [query],
-            k,
-            filter=filter,
-            mode=mode,
-            texts=None if text is None else [text],
-            alpha=alpha,
-            text_k=text_k,
-            fts_syntax=fts_syntax,
-        )[0]
-
     def search_many(
         self,
         queries: Sequence[np.ndarray] | None,
@@ -722,7 +698,8 @@ class QdrantStore:
         ``exact`` scans every (filtered) page's multivector; ``two_stage`` prefetches
         ``options.candidates`` pages through the candidate field and reranks them by MaxSim;
         ``auto`` is exact up to ``options.exact_max_pages`` pages. ``text`` searches the
-        sparse BM25 vectors; ``hybrid`` both, fused."""
+        sparse BM25 vectors; ``hybrid`` both, fused (``fts_syntax`` is the embedded store's
+        alone)."""
         from vrag_compress.store.qdrant_filters import to_qdrant_filter
 
         k = check_k(k)
