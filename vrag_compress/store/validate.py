@@ -9,11 +9,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
-from vrag_compress.store.base import DocumentRecord, PageRecord, StoreConfigMismatch, StoreError
+from vrag_compress.store.base import (
+    DocumentRecord,
+    PageRecord,
+    SearchMode,
+    StoreConfigMismatch,
+    StoreError,
+)
 
 MAX_ID_LEN = 1024
 MAX_VECTORS_PER_PAGE = 65535  # token labels in the FAISS index reserve 16 bits for the row
@@ -168,7 +174,7 @@ def check_layout(config: dict[str, Any]) -> None:
         )
 
 
-SEARCH_MODES = ("auto", "exact", "two_stage", "text", "hybrid")
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)  # the modes are named once, in base
 TEXT_MODES = ("text", "hybrid")
 
 
