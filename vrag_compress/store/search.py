@@ -209,7 +209,13 @@ class Searcher:
     def _two_stage(
         self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        cand = self._centroid_candidates(snap, q, pos)
+        if (
+            self.ctx.scorer is None
+        ):  # a [M, K] product: waking BLAS threads costs more than it saves
+            with one_blas_thread():
+                cand = self._centroid_candidates(snap, q, pos)
+        else:
+            cand = self._centroid_candidates(snap, q, pos)
         if cand is None:  # no centroid index: candidates from the FAISS token index
             ann = self._token_index(snap)
             cand = snap.positions(ann.candidates(q, self.ctx.options.candidates_per_token))
