@@ -159,3 +159,23 @@ def test_bad_benchmark_inputs(shared_data: Path) -> None:
     ds = load_beir(shared_data / "vidore_arxivqa_sample")
     with pytest.raises(BenchmarkError, match="outside"):
         run_retention(ds, None, ["identity"], [1.5])  # type: ignore[arg-type]
+
+
+def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_data, tmp_path):
+    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+    out = tmp_path / "e.json"
+    args = ["bench", "estimate", "--dataset", str(folder), "--encoder", "minilm"]
+    args += ["--methods", "identity,uot,random", "--ratios", "0.25,0.1", "--window", "3"]
+    res = CliRunner().invoke(app, [*args, "--sample", "30", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    rows = {(r["method"], r["ratio"]): r for r in result["rows"]}
+    assert len(rows) == 6 and {"method", "ratio", "estimated", "measured"} <= set(
+        rows[("uot", 0.1)]
+    )
+    assert rows[("identity", 0.1)]["estimated"] == rows[("identity", 0.1)]["measured"] == 1.0
+    assert rows[("uot", 0.1)]["error"] == pytest.approx(
+        rows[("uot", 0.1)]["estimated"] - rows[("uot", 0.1)]["measured"]
+    )
+    assert set(result["same_order"]) == {"0.25", "0.1"}
+    assert result["estimate"]["query_kind"] == "sentence" and result["estimate"]["n_pages"] > 20

@@ -9,6 +9,7 @@ from __future__ import annotations
 import vrag_compress.bench.capture  # noqa: F401  (importing registers the commands)
 import vrag_compress.bench.compress  # noqa: F401
 import vrag_compress.bench.encode  # noqa: F401
+import vrag_compress.bench.estimate  # noqa: F401
 import vrag_compress.bench.ingest  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
@@ -16,6 +17,7 @@ import vrag_compress.bench.serve  # noqa: F401
 import vrag_compress.bench.store  # noqa: F401
 from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
     calibrate,
+    estimate,
     index,
     migrate,
     serve,

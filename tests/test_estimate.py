@@ -1,0 +1,146 @@
+"""`vrag estimate` and `estimate_retention`: label-free retention estimates on an index or a
+folder (tiny model here; MiniLM on Cranfield in `vrag bench estimate`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vrag_compress.cli import app
+from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.estimate import (
+    EstimateError,
+    PseudoQueries,
+    cloze_split,
+    estimate_pages,
+    estimate_retention,
+    token_span_queries,
+)
+
+runner = CliRunner()
+
+
+def pages(seed: int = 0, n_pages: int = 30, d: int = 24) -> list[PageEncoding]:
+    """Pages about a few topics each (tokens scattered around 6 page-specific directions)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_pages):
+        n = int(rng.integers(40, 80))
+        topics = rng.standard_normal((6, d))
+        x = (topics[rng.integers(0, 6, n)] + 0.6 * rng.standard_normal((n, d))).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        stats = rng.random((4, n)).astype(np.float32)
+        out.append(PageEncoding(x, centrality=stats, eos_attention=stats))
+    return out
+
+
+def test_cloze_split_takes_one_long_sentence_out():
+    rng = np.random.default_rng(0)
+    text = "Short one. The boundary layer separates at high mach numbers here. Tail."
+    query, rest = cloze_split(text, rng)
+    assert query == "The boundary layer separates at high mach numbers here."
+    assert rest == "Short one. Tail."
+    assert cloze_split("Only one sentence with enough words in it.", rng) is None
+    assert cloze_split(None, rng) is None
+
+
+def test_token_span_queries_remove_the_span_from_their_page():
+    pseudo = token_span_queries(pages(), np.random.default_rng(0), span=12)
+    assert pseudo.kind == "tokens" and len(pseudo.queries) == len(pseudo.sources) == 30
+    for query, source in zip(pseudo.queries, pseudo.sources, strict=True):
+        page = pseudo.pages[source]
+        assert query.shape[0] == 12 and page.centrality.shape[1] == page.n_tokens
+        assert not (page.vectors @ query.T > 0.9999).any()  # the span is no longer in the page
+
+
+def test_identity_keeps_everything_and_random_at_small_ratios_loses():
+    pseudo = token_span_queries(pages(), np.random.default_rng(1))
+    result = estimate_pages(pseudo, ["identity", "random", "sap:layers=[1,2]"], [0.5, 0.05])
+    rows = {(r.method, r.ratio): r for r in result.rows}
+    assert len(result.rows) == 6
+    full = rows[("identity", 0.5)]
+    assert (full.estimated, full.sr, full.rank_agreement) == (1.0, 1.0, 1.0)
+    assert rows[("random", 0.05)].estimated < rows[("random", 0.5)].estimated <= 1.0 + 1e-9
+    assert rows[("random", 0.05)].tokens_per_page < rows[("random", 0.5)].tokens_per_page
+    assert 0 < rows[("random", 0.05)].sr < 1
+
+
+def test_the_recommendation_is_the_smallest_budget_that_keeps_the_target():
+    pseudo = token_span_queries(pages(2), np.random.default_rng(2))
+    result = estimate_pages(pseudo, ["identity", "random"], [0.5, 0.25])
+    line = result.recommend(0.5)
+    assert line.startswith("keep >= 0.5: use ")
+    reached = [r for r in result.rows if r.estimated >= 0.5]
+    best = min(reached, key=lambda r: r.tokens_per_page)
+    assert f"{best.method} at {best.ratio:g}" in line
+    assert "no method and ratio tried reaches it" in result.recommend(1.01)
+    assert json.loads(result.to_json())["recommendation"] == result.recommend()
+
+
+def test_too_few_pages_is_a_clear_error():
+    with pytest.raises(EstimateError, match="at least 2 pages"):
+        estimate_pages(PseudoQueries(pages()[:1], [], [], "tokens"), ["random"], [0.1])
+
+
+@pytest.fixture(scope="module")
+def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vrag_compress import VisualIndex
+
+    path = tmp_path_factory.mktemp("est") / "tiny.vrag"
+    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())
+    with VisualIndex.create(path, model="tiny-colqwen2", compressor="uot", ratio=0.25) as index:
+        index.add(images, progress=False, ocr="never")
+    return path
+
+
+def test_estimate_runs_on_an_index(tiny_index: Path, tmp_path: Path):
+    out = tmp_path / "est.json"
+    code = runner.invoke(
+        app,
+        ["estimate", str(tiny_index), "--ratios", "0.25,0.1", "--methods", "sap,random"]
+        + ["--json", str(out)],
+    )
+    assert code.exit_code == 0, code.output
+    assert "estimated retention" in code.output and "keep >= 0.97:" in code.output
+    data = json.loads(out.read_text())
+    assert [(r["method"], r["ratio"]) for r in data["rows"]] == [
+        ("sap", 0.25),
+        ("sap", 0.1),
+        ("random", 0.25),
+        ("random", 0.1),
+    ]
+    assert data["n_pages"] == 10 and data["query_kind"] == "tokens"  # figures: no text layer
+
+
+def test_estimate_runs_on_a_folder_of_documents(shared_data: Path, tmp_path: Path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder)
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder)
+    result = estimate_retention(
+        folder, methods=["uot", "random"], ratios=[0.25], model="tiny-colqwen2", device="cpu"
+    )
+    assert result.query_kind == "sentence"  # the pages' text layers give the pseudo-queries
+    assert result.n_pages >= 3 and all(0 < r.estimated <= 1.5 for r in result.rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ratios", "1.5"], "keep ratios must be in"),
+        (["--methods", "nosuch"], "unknown method"),
+    ],
+)
+def test_bad_usage_exits_2(tiny_index: Path, args: list[str], message: str):
+    result = runner.invoke(app, ["estimate", str(tiny_index), *args])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_missing_source_exits_2(tmp_path: Path):
+    result = runner.invoke(app, ["estimate", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "no such index, folder or file" in result.output

@@ -1,0 +1,108 @@
+"""`vrag estimate`: what each compression method and ratio would keep, before indexing with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vrag_compress.cli.app import app
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def split_list(text: str) -> list[str]:
+    return [item for item in re.split(r"[,\s]+", text.strip()) if item]
+
+
+def parse_ratios(text: str, option: str = "--ratios") -> list[float]:
+    try:
+        ratios = [float(v) for v in split_list(text)]
+    except ValueError as exc:
+        raise typer.BadParameter(f"numbers like 0.25,0.1 expected, got {text!r}") from exc
+    if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
+        raise typer.BadParameter(f"keep ratios must be in (0, 1], got {text!r}", param_hint=option)
+    return ratios
+
+
+def check_methods(text: str) -> list[str]:
+    from vrag_compress.compress import list_compressors
+
+    specs = split_list(text)
+    unknown = [s for s in specs if s.partition(":")[0] not in list_compressors()]
+    if not specs or unknown:
+        raise typer.BadParameter(
+            f"unknown method(s) {unknown}; choose from {', '.join(list_compressors())}",
+            param_hint="--methods",
+        )
+    return specs
+
+
+def print_estimate(result, target: float, console: Console) -> None:  # noqa: ANN001
+    table = Table(
+        title=f"estimated retention · {result.n_pages} pages · {result.n_queries} pseudo-queries "
+        f"({result.query_kind}) · {result.encoder}"
+    )
+    for col in ("method", "ratio", "vectors/page", "estimated retention@10", "SR", "top-10 kept"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for row in result.rows:
+        table.add_row(
+            row.method,
+            f"{row.ratio:g}",
+            f"{row.tokens_per_page:.1f}",
+            f"{row.estimated:.3f}",
+            f"{row.sr:.3f}",
+            f"{row.rank_agreement:.3f}",
+        )
+    console.print(table)
+    console.print(result.recommend(target))
+
+
+@app.command("estimate")
+def estimate(
+    source: Path = typer.Argument(..., help="An index folder, or a folder / file of documents."),
+    ratios: str = typer.Option("0.25,0.1,0.05", help="Keep ratios, comma separated."),
+    methods: str = typer.Option(
+        "sap,uot,random", help="Methods, comma separated, with parameters as name:key=value."
+    ),
+    sample: int = typer.Option(300, min=2, help="Pages to sample."),
+    target: float = typer.Option(0.97, help="Retention to recommend a method and ratio for."),
+    model: str | None = typer.Option(
+        None, help="Encoder for a folder (default the index default); an index uses its own."
+    ),
+    seed: int = typer.Option(0, help="Seed of the page sample and the pseudo-queries."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the result here."),
+) -> None:
+    """Estimate, without labels, how much retrieval quality each method keeps at each ratio:
+    pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings."""
+    from vrag_compress.compress import CompressionError
+    from vrag_compress.encoders import ModelNotFoundError
+    from vrag_compress.estimate import EstimateError, estimate_retention
+
+    ratio_list = parse_ratios(ratios)
+    method_list = check_methods(methods)
+    if not source.exists():
+        raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
+    try:
+        result = estimate_retention(
+            source,
+            methods=method_list,
+            ratios=ratio_list,
+            sample=sample,
+            seed=seed,
+            model=model,
+            device=device,
+        )
+    except (EstimateError, CompressionError, ModelNotFoundError) as exc:
+        err.print(f"error: {exc}")
+        raise typer.Exit(1) from exc
+    print_estimate(result, target, out)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(result.to_json(target))
+        out.print(f"wrote {json_out}")

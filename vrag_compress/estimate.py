@@ -1,0 +1,396 @@
+"""What compression will cost on your own collection, estimated without labels.
+
+``estimate_retention(INDEX_OR_FOLDER)`` samples pages, builds pseudo-queries from them and
+compares, for each method and keep ratio, the ranking that compressed pages give with the one
+the uncompressed pages give. Pseudo-queries follow the inverse cloze task: one sentence of a
+page's text is the query, and the page, encoded without that sentence, is the page it should
+find, so the query shares meaning with its page rather than copying it. Pages without text
+(scans without OCR, figures) fall back to a span of the page's own tokens, removed from it.
+
+Per method and ratio the report gives:
+- ``estimated``: the expected retention@10, the NDCG@10 of the compressed ranking over the
+  NDCG@10 of the uncompressed ranking, with each pseudo-query's page as its one relevant page;
+- ``sr``: mean Score Retention (compressed / uncompressed MaxSim) of each query and its page;
+- ``rank_agreement``: the share of the uncompressed top 10 that the compressed top 10 keeps;
+- ``tokens_per_page``: the vectors a page keeps on average.
+
+It needs the pages at full resolution: an index's stored pages are re-encoded from their text or
+images (the index holds compressed vectors only); a folder is read with `vrag_compress.ingest`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.compress import compressor_for
+from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+
+DEFAULT_METHODS = ("sap", "uot", "random")
+DEFAULT_RATIOS = (0.25, 0.1, 0.05)
+DEFAULT_SAMPLE = 300
+MIN_SENTENCE_WORDS = 6
+SPAN_TOKENS = 12
+TOP = 10
+
+Progress = Callable[[str], None]
+
+
+class EstimateError(ValueError):
+    """The estimate cannot run on these inputs (too few pages, no usable page)."""
+
+
+@dataclass
+class PseudoQueries:
+    """The sampled pages as the pseudo-queries see them, and each query's own page."""
+
+    pages: list[PageEncoding]
+    queries: list[np.ndarray]
+    sources: list[int]
+    kind: str  # "sentence" (inverse cloze on the page text) or "tokens" (spans of the page)
+
+
+@dataclass
+class EstimateRow:
+    method: str
+    ratio: float
+    estimated: float
+    sr: float
+    rank_agreement: float
+    tokens_per_page: float
+
+
+@dataclass
+class RetentionEstimate:
+    """One row per (method, ratio), plus what the estimate was computed on."""
+
+    rows: list[EstimateRow]
+    n_pages: int
+    n_queries: int
+    query_kind: str
+    encoder: str
+    tokens_per_page_full: float
+    notes: list[str] = field(default_factory=list)
+
+    def recommend(self, target: float = 0.97) -> str:
+        """The smallest ratio (then the best method) whose estimate keeps ``target``."""
+        fits = [r for r in self.rows if r.estimated >= target]
+        if not fits:
+            best = max(self.rows, key=lambda r: (r.estimated, r.ratio))
+            return (
+                f"keep >= {target:g}: no method and ratio tried reaches it; the best is "
+                f"{best.method} at {best.ratio:g} (estimated {best.estimated:.3f})"
+            )
+        pick = min(fits, key=lambda r: (r.tokens_per_page, -r.estimated))
+        return (
+            f"keep >= {target:g}: use {pick.method} at {pick.ratio:g} (estimated "
+            f"{pick.estimated:.3f}, {pick.tokens_per_page:.1f} vectors per page)"
+        )
+
+    def to_dict(self, target: float = 0.97) -> dict[str, Any]:
+        out = asdict(self)
+        out["recommendation"] = self.recommend(target)
+        out["target"] = target
+        return out
+
+    def to_json(self, target: float = 0.97) -> str:
+        return json.dumps(self.to_dict(target), indent=2)
+
+
+# --------------------------------------------------------------------------- pseudo-queries
+def cloze_split(text: str | None, rng: np.random.Generator) -> tuple[str, str] | None:
+    """(one sentence of ``text``, the text without it), or None when the text has fewer than two
+    sentences or no sentence of at least 6 words."""
+    if not text:
+        return None
+    sentences = [s.strip() for s in re.split(r"(?<=[.?!])\s+", text) if s.strip()]
+    usable = [i for i, s in enumerate(sentences) if len(s.split()) >= MIN_SENTENCE_WORDS]
+    if len(sentences) < 2 or not usable:
+        return None
+    pick = int(rng.choice(usable))
+    return sentences[pick], " ".join(sentences[:pick] + sentences[pick + 1 :])
+
+
+def token_span_queries(
+    pages: Sequence[PageEncoding], rng: np.random.Generator, span: int = SPAN_TOKENS
+) -> PseudoQueries:
+    """Pages without text: a span of each page's own tokens (``span``, at most a third of the
+    page) is the query, removed from the page; pages under 3 tokens only join the pool."""
+    pool: list[PageEncoding] = []
+    queries: list[np.ndarray] = []
+    sources: list[int] = []
+    for page in pages:
+        n = page.n_tokens
+        take = min(span, n // 3)
+        if take >= 1:
+            start = int(rng.integers(0, n - take + 1))
+            keep = np.r_[0:start, start + take : n]
+            queries.append(page.vectors[start : start + take].copy())
+            sources.append(len(pool))
+            page = _select_tokens(page, keep)
+        pool.append(page)
+    return PseudoQueries(pool, queries, sources, "tokens")
+
+
+def _select_tokens(page: PageEncoding, keep: np.ndarray) -> PageEncoding:
+    def rows(stat: np.ndarray | None) -> np.ndarray | None:
+        return None if stat is None else np.ascontiguousarray(stat[:, keep])
+
+    return PageEncoding(
+        np.ascontiguousarray(page.vectors[keep]),
+        centrality=rows(page.centrality),
+        eos_attention=rows(page.eos_attention),
+    )
+
+
+def encode_texts(encoder: Any, texts: list[str]) -> list[PageEncoding]:
+    """Texts as pages with attention statistics: page-text encoders (`vrag index --model
+    minilm`) or token encoders (`TextTokenEncoder`)."""
+    if isinstance(encoder, ReadsPageText):
+        return encoder.encode_page_texts(list(texts), with_stats=True)
+    return encoder.encode_documents(list(texts), with_stats=True)
+
+
+def reads_text(encoder: Any) -> bool:
+    return isinstance(encoder, ReadsPageText) or hasattr(encoder, "encode_documents")
+
+
+def cloze_queries(texts: Sequence[str | None], encoder: Any, seed: int = 0) -> PseudoQueries:
+    """Inverse-cloze pseudo-queries for a text encoder: pages whose text splits become
+    (sentence -> page without it); the others join the pool whole."""
+    rng = np.random.default_rng(seed)
+    splits = [cloze_split(t, rng) for t in texts]
+    docs = [s[1] if s else (t or "") for s, t in zip(splits, texts, strict=True)]
+    encoded = encode_texts(encoder, docs)
+    pool_index = [i for i, e in enumerate(encoded) if e.n_tokens > 0]
+    position = {i: p for p, i in enumerate(pool_index)}
+    asked = [i for i in pool_index if splits[i] is not None]
+    vectors = encoder.encode_queries([splits[i][0] for i in asked]) if asked else []  # type: ignore[index]
+    return PseudoQueries(
+        [encoded[i] for i in pool_index], list(vectors), [position[i] for i in asked], "sentence"
+    )
+
+
+def image_queries(
+    pages: Sequence[PageEncoding], texts: Sequence[str | None], encoder: Encoder, seed: int = 0
+) -> PseudoQueries:
+    """Page images: a sentence of the page's text layer as the query (the image cannot lose the
+    sentence), else a span of the page's own tokens."""
+    rng = np.random.default_rng(seed)
+    splits = [cloze_split(t, rng) for t in texts]
+    asked = [i for i, s in enumerate(splits) if s is not None]
+    if len(asked) < max(1, len(pages) // 2):
+        return token_span_queries(pages, rng)
+    vectors = encoder.encode_queries([splits[i][0] for i in asked])  # type: ignore[index]
+    return PseudoQueries(list(pages), list(vectors), asked, "sentence")
+
+
+# ------------------------------------------------------------------------------ the estimate
+def maxsim_matrix(queries: Sequence[np.ndarray], pages: Sequence[np.ndarray]) -> np.ndarray:
+    """Exact MaxSim of every query against every page -> [n_queries, n_pages]."""
+    vectors = np.concatenate([np.asarray(p, dtype=np.float32) for p in pages])
+    starts = np.cumsum([0] + [len(p) for p in pages[:-1]])
+    out = np.zeros((len(queries), len(pages)))
+    for i, q in enumerate(queries):
+        best = np.maximum.reduceat(np.asarray(q, np.float32) @ vectors.T, starts, axis=1)
+        out[i] = best.sum(axis=0, dtype=np.float64)
+    return out
+
+
+def _ndcg_of_source(scores: np.ndarray, sources: Sequence[int]) -> float:
+    """Mean NDCG@10 with one relevant page per query (its own page)."""
+    rows = np.arange(len(sources))
+    own = scores[rows, sources]
+    rank = (scores > own[:, None]).sum(axis=1)
+    gains = np.where(rank < TOP, 1.0 / np.log2(rank + 2.0), 0.0)
+    return float(gains.mean())
+
+
+def _top_overlap(full: np.ndarray, compressed: np.ndarray) -> float:
+    k = min(TOP, full.shape[1])
+    a = np.argsort(-full, axis=1, kind="stable")[:, :k]
+    b = np.argsort(-compressed, axis=1, kind="stable")[:, :k]
+    return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(a, b, strict=True)]))
+
+
+def estimate_pages(
+    pseudo: PseudoQueries,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    ratios: Sequence[float] = DEFAULT_RATIOS,
+    *,
+    n_layers: int | None = None,
+    model_id: str | None = None,
+    window: Sequence[int] | None = None,
+    encoder_name: str = "",
+    progress: Progress | None = None,
+) -> RetentionEstimate:
+    """The estimate on already-built pseudo-queries; ``methods`` are names or
+    ``name:key=value`` specs (as in the retention benchmark)."""
+    if len(pseudo.pages) < 2 or not pseudo.queries:
+        raise EstimateError(
+            f"the estimate needs at least 2 pages and 1 pseudo-query, got {len(pseudo.pages)} "
+            f"pages and {len(pseudo.queries)} queries; sample more pages"
+        )
+    full = maxsim_matrix(pseudo.queries, [p.vectors for p in pseudo.pages])
+    full_ndcg = _ndcg_of_source(full, pseudo.sources)
+    own = full[np.arange(len(pseudo.sources)), pseudo.sources]
+    rows = []
+    for spec in methods:
+        name, params = parse_spec(spec)
+        for ratio in ratios:
+            compressor = compressor_for(
+                name, n_layers=n_layers, model_id=model_id, ratio=ratio, window=window, **params
+            )
+            compressed = compressor.compress_many(pseudo.pages)
+            scores = maxsim_matrix(pseudo.queries, [c.vectors for c in compressed])
+            kept = scores[np.arange(len(pseudo.sources)), pseudo.sources]
+            rows.append(
+                EstimateRow(
+                    method=spec,
+                    ratio=float(ratio),
+                    estimated=_ndcg_of_source(scores, pseudo.sources) / full_ndcg
+                    if full_ndcg > 0
+                    else math.nan,
+                    sr=float(np.mean(np.where(own > 0, kept / np.where(own > 0, own, 1), 1.0))),
+                    rank_agreement=_top_overlap(full, scores),
+                    tokens_per_page=float(np.mean([len(c.vectors) for c in compressed])),
+                )
+            )
+            if progress:
+                progress(f"{spec} @ {ratio:g}")
+    return RetentionEstimate(
+        rows=rows,
+        n_pages=len(pseudo.pages),
+        n_queries=len(pseudo.queries),
+        query_kind=pseudo.kind,
+        encoder=encoder_name,
+        tokens_per_page_full=float(np.mean([p.n_tokens for p in pseudo.pages])),
+    )
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``name:key=value:key=value`` -> (name, params); values parsed as JSON when they can be."""
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(":")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise EstimateError(f"method {spec!r}: parameter {item!r} needs key=value")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return name, params
+
+
+# ------------------------------------------------------------------------- index or folder
+def estimate_retention(
+    source: str | Path | Any,
+    *,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    ratios: Sequence[float] = DEFAULT_RATIOS,
+    sample: int = DEFAULT_SAMPLE,
+    seed: int = 0,
+    model: str | None = None,
+    encoder: Encoder | None = None,
+    device: str = "auto",
+    progress: Progress | None = None,
+) -> RetentionEstimate:
+    """Estimate each method's retention at each ratio on ``source`` before committing to one.
+
+    source: an index folder or an open `VisualIndex` (its pages are re-encoded with its model),
+    or a folder / files of documents (read with `vrag_compress.ingest`, encoded with ``model``,
+    default the index default, or ``encoder``). ``sample`` pages are drawn with ``seed``.
+    """
+    from vrag_compress.index import VisualIndex
+
+    if isinstance(source, VisualIndex):
+        return _estimate_index(source, methods, ratios, sample, seed, progress)
+    path = Path(source)
+    if not path.exists():
+        raise EstimateError(f"{path}: no such index, folder or file")
+    if VisualIndex.exists(path):
+        with VisualIndex.open(path, model=model, encoder=encoder, device=device) as index:
+            return _estimate_index(index, methods, ratios, sample, seed, progress)
+    if encoder is None:
+        from vrag_compress.defaults import DEFAULT_MODEL
+        from vrag_compress.encoders import load_encoder
+
+        encoder = load_encoder(model or DEFAULT_MODEL, device=device)
+    texts, images = _folder_pages(path, sample, seed)
+    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, progress)
+
+
+def _estimate_index(
+    index: Any,
+    methods: Sequence[str],
+    ratios: Sequence[float],
+    sample: int,
+    seed: int,
+    progress: Progress | None,
+) -> RetentionEstimate:
+    ids = sorted(index.store.page_ids())
+    rng = np.random.default_rng(seed)
+    picked = sorted(rng.choice(len(ids), min(sample, len(ids)), replace=False).tolist())
+    records = index.store.get([ids[i] for i in picked], missing="skip")
+    encoder = index.encoder
+    texts = [r.text for r in records]
+    images: list[Any] = []
+    if not reads_text(encoder):
+        images = [
+            index.assets.load(r.image_ref, r.metadata.get("source"), r.page_no) for r in records
+        ]
+    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, progress)
+
+
+def _folder_pages(path: Path, sample: int, seed: int) -> tuple[list[str | None], list[Any]]:
+    """``sample`` pages drawn evenly at random from every page under ``path`` (reservoir)."""
+    from vrag_compress.ingest import iter_pages
+
+    rng = np.random.default_rng(seed)
+    kept: list[Any] = []
+    for seen, page in enumerate(iter_pages(path)):
+        if len(kept) < sample:
+            kept.append(page)
+        else:
+            slot = int(rng.integers(0, seen + 1))
+            if slot < sample:
+                kept[slot] = page
+    if not kept:
+        raise EstimateError(f"{path}: no readable page (PDFs or images) to estimate on")
+    return [p.text for p in kept], [p.image for p in kept]
+
+
+def _estimate_encoded(
+    encoder: Any,
+    texts: list[str | None],
+    images: list[Any],
+    methods: Sequence[str],
+    ratios: Sequence[float],
+    seed: int,
+    progress: Progress | None,
+) -> RetentionEstimate:
+    if reads_text(encoder):
+        pseudo = cloze_queries(texts, encoder, seed)
+    else:
+        pages = encoder.encode_pages(list(images), with_stats=True)
+        usable = [i for i, p in enumerate(pages) if p.n_tokens > 0]
+        pseudo = image_queries(
+            [pages[i] for i in usable], [texts[i] for i in usable], encoder, seed
+        )
+    return estimate_pages(
+        pseudo,
+        methods,
+        ratios,
+        n_layers=int(encoder.n_layers),
+        model_id=getattr(encoder, "model_id", None),
+        encoder_name=str(getattr(encoder, "model_id", "")),
+        progress=progress,
+    )
