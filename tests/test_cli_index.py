@@ -291,3 +291,21 @@ def test_reindexing_an_existing_index_keeps_its_model_and_warns_on_ignored_optio
     result = runner.invoke(app, ["index", str(pdf), "--index", str(cli_index), "--ratio", "0.5"])
     assert result.exit_code == 0, result.stderr
     assert "--ratio ignored" in result.stderr
+
+
+def test_a_store_without_a_candidate_index_says_so(cli_index: Path, tmp_path: Path):
+    pytest.importorskip("qdrant_client")
+    from vrag_compress.index import VisualIndex, VisualIndexError
+    from vrag_compress.store import LocalStore, OptimizableStore
+    from vrag_compress.store.qdrant import QdrantStore
+
+    assert issubclass(LocalStore, OptimizableStore)
+    assert not issubclass(QdrantStore, OptimizableStore)
+    folder = tmp_path / "idx"
+    shutil.copytree(cli_index, folder)
+    url = f"qdrant+local://{tmp_path / 'q'}?collection=idx"
+    assert run("migrate", folder, url)[0] == 0
+    with VisualIndex.open(folder, store=url) as index:
+        assert index.info()["candidate_index"] is None
+        with pytest.raises(VisualIndexError, match="keeps no candidate index"):
+            index.optimize()

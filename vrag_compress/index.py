@@ -42,6 +42,7 @@ from vrag_compress.store import (
     DocumentRecord,
     LocalStore,
     MultiVectorStore,
+    OptimizableStore,
     PageRecord,
     VerifyReport,
 )
@@ -460,7 +461,7 @@ class VisualIndex:
         recorded config, no model load); with ``measure_recall`` also its recall@10 against
         exact search on sampled stored pages."""
         docs = self.documents()
-        index_info = getattr(self.store, "index_info", None)
+        store = self.store
         return {
             "path": str(self.path),
             "model_id": self.model_id,
@@ -474,18 +475,19 @@ class VisualIndex:
             "size_mb": round(_folder_size(self.path) / 2**20, 3),
             "vrag_version": self.config.vrag_version,
             "candidate_index": (
-                None if index_info is None else index_info(measure_recall=measure_recall)
+                store.index_info(measure_recall=measure_recall)
+                if isinstance(store, OptimizableStore)
+                else None
             ),
         }
 
     def optimize(self, *, codes: str | None = None) -> dict[str, Any]:
         """Compact the store and (re)train its candidate index; returns the index's parameters."""
-        optimize = getattr(self.store, "optimize", None)
-        if optimize is None:
+        if not isinstance(self.store, OptimizableStore):
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        details = optimize(codes=codes)
+        details = self.store.optimize(codes=codes)
         self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
         return details
 

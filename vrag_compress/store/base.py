@@ -250,3 +250,13 @@ class MultiVectorStore(Protocol):
     def __enter__(self) -> MultiVectorStore: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class OptimizableStore(Protocol):
+    """What a store with its own candidate index adds (the embedded store): `VisualIndex.info`
+    reports it and `vrag optimize` retrains it; other backends index candidates themselves."""
+
+    def index_info(self, *, measure_recall: bool = False) -> dict[str, Any] | None: ...
+
+    def optimize(self, *, codes: str | None = None) -> dict[str, Any]: ...
