@@ -185,3 +185,36 @@ def test_codes_must_fit_the_vector_width(tmp_path):
         with pytest.raises(StoreError, match="codes must be one of"):
             s.optimize(codes="3bit")
         assert s.optimize(codes="4bit")["codes"] == "4bit"
+
+
+def test_auto_takes_the_cheaper_path_by_the_cost_model(tmp_path, monkeypatch):
+    """Without `exact_max_tokens`, `auto` is exact where it touches fewer vectors than
+    two-stage would (small or tightly filtered collections) and two-stage elsewhere."""
+    from vrag_compress.store.search import Searcher
+
+    taken: list[str] = []
+    exact, two = Searcher._exact, Searcher._two_stage
+    monkeypatch.setattr(
+        Searcher, "_exact", lambda self, *a: taken.append("exact") or exact(self, *a)
+    )
+    monkeypatch.setattr(
+        Searcher, "_two_stage", lambda self, *a: taken.append("two") or two(self, *a)
+    )
+    options = {**OPTIONS, "exact_max_tokens": None, "rerank_depth": None}
+    with LocalStore.create(tmp_path / "s", CONFIG, **options) as s:
+        s.add(records(range(2000)))
+        s.search(query_for(3), k=5)
+        assert taken == ["exact"]  # no candidate index yet: exact up to 1M vectors
+        s.optimize()
+        n_tokens = 2000 * 20
+        cost = s._centroids.two_stage_cost(2000, n_tokens)
+        assert cost is not None and cost < n_tokens  # 256 reranked pages of 2,000
+        taken.clear()
+        assert ids_of(s.search(query_for(3), k=5))[0] == "p0003" and taken[0] == "two"
+        taken.clear()
+        s.search(query_for(3), k=5, filter={"doc_id": "d0"})  # 10 pages pass: exact is cheaper
+        assert taken == ["exact"]
+    with LocalStore.open(tmp_path / "s", exact_max_tokens=10**9) as s:  # a set limit wins
+        taken.clear()
+        s.search(query_for(3), k=5)
+        assert taken == ["exact"]

@@ -104,6 +104,19 @@ class CentroidIndexes:
 
     # ----------------------------------------------------------------- search
 
+    def two_stage_cost(self, n_pages: int, n_tokens: int) -> int | None:
+        """Vectors a two-stage search touches per query vector (None without an index): the K
+        centroids, the probed page-list entries, the vectors of tail pages (scored from their
+        codes) and the reranked pages' vectors."""
+        index = self.current()
+        if index is None or n_pages == 0:
+            return None
+        params = self.params(index, n_pages)
+        probed = params.nprobe * len(index.lists) // max(index.k, 1)
+        tail = int(index.tail.bounds[-1])
+        rerank = min(params.rerank, n_pages) * n_tokens // n_pages
+        return index.k + probed + tail + rerank
+
     def candidates(
         self, snap: Any, query: np.ndarray, allowed: np.ndarray | None
     ) -> np.ndarray | None:

@@ -19,7 +19,9 @@ from vrag_compress.store.catalog import Catalog
 class StoreOptions:
     """Tuning knobs (not persisted; pass them to `create`/`open`)."""
 
-    exact_max_tokens: int = 1_000_000
+    # None: `auto` follows the cost model in search.py; a number: exact while the filtered
+    # collection holds at most that many vectors
+    exact_max_tokens: int | None = None
     ivf_min_tokens: int = 200_000
     candidates_per_token: int = 64
     nprobe: int = 32

@@ -3,10 +3,14 @@
 The ``text`` mode ranks by BM25 over the page text (lexical.py); ``hybrid`` runs ``auto`` and
 ``text`` with the same filter and fuses the two candidate lists (fusion.py).
 
-``exact`` scores every (filtered) page; ``two_stage`` takes candidate pages from a FAISS token
-index and reranks them exactly; ``auto`` is exact while the filtered collection holds at most
-``exact_max_tokens`` vectors (default 1,000,000, about 10,000 pages at 100 vectors each), where
-exact search costs one matrix product of a few tens of milliseconds, else two-stage.
+``exact`` scores every (filtered) page; ``two_stage`` takes candidate pages from the centroid
+candidate index (else a FAISS token index) and reranks them exactly. ``auto`` picks the cheaper
+one by a cost model counted in vectors touched per query vector: exact touches the T filtered
+vectors; two-stage touches the K centroids, the probed page-list entries (nprobe × entries / K),
+the vectors of pages added since the last merge, and the R × T/P vectors it reranks
+(`CentroidIndexes.two_stage_cost`). Without a candidate index, ``auto`` is exact up to
+``EXACT_WITHOUT_INDEX`` (1,000,000) vectors. A set ``exact_max_tokens`` option replaces both
+rules by its own threshold (exact while T ≤ it).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from vrag_compress.store.validate import (
 )
 
 log = logging.getLogger(__name__)
+EXACT_WITHOUT_INDEX = 1_000_000  # auto's exact limit (vectors) when there is no candidate index
 SMALL_RERANK_TOKENS = 1 << 17  # reranks up to this many vectors run BLAS on one thread
 HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
 
@@ -182,10 +187,24 @@ class Searcher:
             if pos is None
             else int((snap.bounds[pos + 1] - snap.bounds[pos]).sum())
         )
-        max_exact = self.ctx.options.exact_max_tokens
-        if mode == "exact" or (mode == "auto" and n_tokens <= max_exact):
+        if mode == "exact" or (mode == "auto" and self._exact_is_cheaper(snap, n_tokens)):
             return self._exact(snap, qs, k, pos)
         return [self._two_stage(snap, q, k, pos) for q in qs]
+
+    def _exact_is_cheaper(self, snap: Snapshot, n_tokens: int) -> bool:
+        """`auto`'s choice (see the module docstring)."""
+        fixed = self.ctx.options.exact_max_tokens
+        if fixed is not None:
+            return n_tokens <= fixed
+        cost = None
+        if self.centroids is not None:
+            try:
+                cost = self.centroids.two_stage_cost(len(snap.pids), int(snap.bounds[-1]))
+            except StoreCorruptError:
+                cost = None  # a damaged index: the search itself logs it and falls back
+        if cost is None:
+            return n_tokens <= EXACT_WITHOUT_INDEX
+        return n_tokens <= cost
 
     def _exact(self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None) -> Hits:
         if pos is None:
