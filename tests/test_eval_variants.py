@@ -81,3 +81,40 @@ def test_guided_uot_rejects_bad_options() -> None:
         get_compressor("uot-sap", ratio=0.1, mass="eos")
     with pytest.raises(CompressionError, match="dedup"):
         get_compressor("sap-sink", ratio=0.1, dedup=2.0)
+
+
+def test_sap_auto_covers_every_direction_of_the_page_before_repeating_one() -> None:
+    from vrag_compress.compress.variants import coverage_top_k
+
+    x = np.eye(4, dtype=np.float32)[[0, 0, 0, 0, 1, 1, 2, 3]]  # e0 four times, e1 twice
+    assert coverage_top_k(x, np.ones(8), 1).tolist() == [0]  # the most-covered direction first
+    assert sorted({int(np.argmax(x[i])) for i in coverage_top_k(x, np.ones(8), 4)}) == [0, 1, 2, 3]
+    weights = np.array([0, 0, 0, 0, 0, 0, 5.0, 1.0])  # weight moves the first pick to e2
+    assert coverage_top_k(x, weights, 1).tolist() == [6]
+    assert coverage_top_k(x, np.ones(8), 8).tolist() == list(range(8))
+
+
+def test_sap_auto_weights_cap_sinks_and_alpha_zero_is_uniform() -> None:
+    from vrag_compress.compress.variants import capped_weights
+
+    scores = np.array([1.0, 1.1, 50.0, 0.9, 1.2, 1.05])
+    assert capped_weights(scores, 0.0).tolist() == [1.0] * 6
+    w = capped_weights(scores, 1.0)
+    assert w[2] == pytest.approx(w.max()) and w[2] < 10 * w[1]  # the sink is capped
+    assert w.argmin() == 3
+
+
+def test_sap_auto_is_registered_meets_the_budget_and_round_trips() -> None:
+    assert "sap-auto" in list_compressors()
+    c = get_compressor("sap-auto", ratio=0.2, layers=[1, 2], alpha=0.5)
+    assert get_compressor(c.name, **c.params) == c
+    page = _page(n=40)
+    out = c.compress(page)
+    assert len(out.kept) == c.n_keep(40) and np.all(np.diff(out.kept) > 0)
+    np.testing.assert_array_equal(out.vectors, page.vectors[out.kept])  # original vectors
+    adaptive = get_compressor("sap-auto", ratio=0.2, layers=[1, 2], budget="adaptive")
+    pages = [_page(seed, n=40) for seed in range(6)]
+    kept = sum(len(p.kept) for p in adaptive.compress_many(pages))
+    assert kept == pytest.approx(0.2 * 240, rel=0.05)
+    with pytest.raises(CompressionError, match="alpha must be"):
+        get_compressor("sap-auto", ratio=0.1, alpha=-1)

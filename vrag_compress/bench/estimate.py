@@ -78,6 +78,7 @@ def estimate(
     sample: int = typer.Option(400, help="corpus pages the estimate samples"),
     window: str = typer.Option("auto", help="SAP window of the judged run: 'auto' or layers"),
     json_out: Path = typer.Option(..., "--json", help="write the rows here"),
+    plot: Path | None = typer.Option(None, help="estimated-vs-judged plot (PNG)"),
     cache_dir: Path | None = typer.Option(None, help="reuse corpus encodings across runs"),
     threads: int = typer.Option(2, help="torch CPU threads"),
     seed: int = typer.Option(0, help="seed of the page sample, pseudo-queries and calibration"),
@@ -137,3 +138,8 @@ def estimate(
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {json_out}")
+    if plot is not None:
+        from vrag_compress.bench.eval.plot import plot_estimate
+
+        title = f"{data.name} · {corpus.model_id} · {result.n_queries} pseudo-queries"
+        console.print(f"wrote {plot_estimate(rows, plot, title)}")

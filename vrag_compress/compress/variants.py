@@ -126,6 +126,66 @@ def sap_anchors(sap: SAPCompressor, page: PageEncoding, k: int) -> np.ndarray:
     return pruned(page, top_k_positions(scores, k)).vectors
 
 
+def coverage_top_k(vectors: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
+    """k positions (ascending) chosen greedily to maximise ``sum_j w_j max_{i kept} cos(x_j, x_i)``:
+    the kept tokens that best stand in, under MaxSim, for every token of the page (facility
+    location; each step adds the token with the largest weighted coverage gain)."""
+    n = len(weights)
+    if k >= n:
+        return np.arange(n)
+    sim = np.asarray(vectors, dtype=np.float32) @ np.asarray(vectors, dtype=np.float32).T
+    w = np.asarray(weights, dtype=np.float32)
+    nearest = np.full(n, -1.0, dtype=np.float32)
+    kept = np.zeros(n, dtype=bool)
+    for _ in range(k):
+        gains = np.maximum(sim - nearest[None, :], 0.0) @ w
+        gains[kept] = -1.0
+        pick = int(np.argmax(gains))
+        kept[pick] = True
+        np.maximum(nearest, sim[pick], out=nearest)
+    return np.flatnonzero(kept)
+
+
+def capped_weights(scores: np.ndarray, alpha: float, sink_z: float = 3.0) -> np.ndarray:
+    """Token weights ``s^alpha`` from SAP window scores, with attention sinks (robust z above
+    ``sink_z``) capped at the sink threshold so that they cannot dominate; alpha 0 is uniform."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if alpha == 0:
+        return np.ones_like(scores)
+    median = np.median(scores)
+    mad = np.median(np.abs(scores - median)) * MAD_SCALE
+    capped = np.minimum(scores, median + sink_z * mad) if mad > 0 else scores
+    low = capped.min()
+    return (capped - low + 1e-6 * (capped.max() - low + 1e-12)) ** alpha
+
+
+@dataclass(frozen=True)
+class CoverageSAPCompressor(SAPCompressor):
+    """``sap-auto``: pruning that keeps the original tokens which best cover the page under
+    MaxSim, each token weighted by its SAP window in-degree to the power ``alpha`` (sinks
+    capped). See docs/retention.md for how ``alpha`` was chosen without judgments."""
+
+    name: ClassVar[str] = "sap-auto"
+
+    alpha: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        alpha = float(self.alpha)
+        if not np.isfinite(alpha) or alpha < 0:
+            raise CompressionError(f"sap-auto: alpha must be a finite number >= 0, got {alpha}")
+        object.__setattr__(self, "alpha", alpha)
+
+    def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        out = []
+        for page, k in zip(pages, self.keep_counts(pages), strict=True):
+            centrality = page_stat(page, "centrality")
+            scores = sap_scores(centrality, self.window_for(centrality.shape[0]))
+            kept = coverage_top_k(page.vectors, capped_weights(scores, self.alpha), k)
+            out.append(pruned(page, kept))
+        return out
+
+
 INITS = ("kmeans++", "sap")
 MASSES = ("all", "window")
 
@@ -213,5 +273,10 @@ class SAPGuidedUOTCompressor(GuidedUOTCompressor):
     mass: str = "window"
 
 
-VARIANTS = (SinkAwareSAPCompressor, AnchorUOTCompressor, SAPGuidedUOTCompressor)
+VARIANTS = (
+    SinkAwareSAPCompressor,
+    CoverageSAPCompressor,
+    AnchorUOTCompressor,
+    SAPGuidedUOTCompressor,
+)
 """The variants the registry lists beside the papers' methods."""

@@ -62,3 +62,47 @@ def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, ti
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -> Path:
+    """Estimated against judged retention@10, one marker per (method, ratio), with the ±0.03
+    band around the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    values = [r["estimated"] for r in rows] + [r["measured"] for r in rows]
+    low, high = min(values) - 0.03, max(values) + 0.03
+    ax.plot([low, high], [low, high], color="grey", linewidth=0.8)
+    ax.fill_between([low, high], [low - 0.03, high - 0.03], [low + 0.03, high + 0.03], alpha=0.15)
+    markers = dict(zip(sorted({r["ratio"] for r in rows}), "osD^v", strict=False))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        at = [r for r in rows if r["method"] == method]
+        line = ax.scatter([r["measured"] for r in at], [r["estimated"] for r in at], label=method)
+        for r in at:
+            ax.scatter(
+                r["measured"],
+                r["estimated"],
+                marker=markers[r["ratio"]],
+                color=line.get_facecolor()[0],
+            )
+            ax.annotate(
+                f"{r['ratio']:g}",
+                (r["measured"], r["estimated"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("judged retention@10")
+    ax.set_ylabel("estimated (label-free)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
