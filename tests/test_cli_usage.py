@@ -4,6 +4,7 @@ finding documents by file name, refusing missing paths, Ctrl-C, rendering option
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -131,6 +132,16 @@ def test_error_messages_are_not_wrapped_whatever_the_path_length(tmp_path: Path)
         assert result.exit_code == 1
         hint = f"(create one with `vrag index ... --index {missing}`)"
         assert result.output == f"error: {missing}: no index here {hint}\n"
+
+
+def test_reports_and_paths_stay_on_one_line(docs: Path, uot_index: Path, tmp_path: Path) -> None:
+    rerun = run("index", docs, "--index", uot_index)  # skips both files: a report over 80 chars
+    assert rerun.exit_code == 0, rerun.output
+    assert re.search(r"^indexed 0 pages .* unchanged documents \(\d+ pages\) in [\d.]+s$",
+                     rerun.stdout, re.M), rerun.stdout  # fmt: skip
+    out = tmp_path.joinpath(*["a-folder-name"] * 5, "page.png")
+    shown = run("show", uot_index, "scotus.pdf", "1", "-o", out)
+    assert shown.exit_code == 0 and shown.stdout == f"wrote {out}\n"
 
 
 # ----------------------------------------------------------------------- version and help

@@ -360,7 +360,8 @@ def _print_report(report: Any) -> None:
     out.print(
         f"indexed {report.pages_indexed} pages from {len(report.documents_indexed)} documents, "
         f"skipped {len(report.documents_skipped)} unchanged documents "
-        f"({report.pages_skipped} pages) in {report.seconds:.1f}s"
+        f"({report.pages_skipped} pages) in {report.seconds:.1f}s",
+        soft_wrap=True,  # one line however narrow the terminal (scripts read it)
     )
     for failure in report.failures:
         where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
@@ -370,7 +371,8 @@ def _print_report(report: Any) -> None:
         share = ocr["seconds"] / report.seconds if report.seconds else 0.0
         out.print(
             f"OCR: {ocr['pages']} pages in {ocr['seconds']:.1f}s "
-            f"({ocr['seconds'] / ocr['pages']:.2f}s/page, {share:.0%} of indexing time)"
+            f"({ocr['seconds'] / ocr['pages']:.2f}s/page, {share:.0%} of indexing time)",
+            soft_wrap=True,
         )
     for failure in ocr["failures"]:
         err.print(
@@ -668,7 +670,7 @@ def delete(
     if json_out:
         emit_json({"doc_id": doc_id, "pages_deleted": removed})
     else:
-        out.print(f"deleted {removed} pages of {doc_id}", markup=False)
+        out.print(f"deleted {removed} pages of {doc_id}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -735,4 +737,4 @@ def show(
     if json_out:
         emit_json(summary)
     else:
-        out.print(f"wrote {out_path}", markup=False)
+        out.print(f"wrote {out_path}", markup=False, soft_wrap=True)
