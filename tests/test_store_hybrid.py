@@ -202,9 +202,11 @@ def test_raw_fts_syntax_is_opt_in_and_its_errors_are_clear(store_path):
 
 
 def test_match_expression_quotes_every_word():
-    assert match_expression('say "NEAR"(x*) -y') == '"say" OR "near" OR "x" OR "y"'
+    assert match_expression('say "NEAR"(x*) -y') == '"say" OR "NEAR" OR "x" OR "y"'
     assert match_expression("?!") is None
-    assert match_expression("Ünïcode ÜNÏCODE") == '"ünïcode"'
+    assert match_expression("Ünïcode ÜNÏCODE unicode") == '"Ünïcode"'
+    assert match_expression("the flow of air") == '"flow" OR "air"'  # stop words left out
+    assert match_expression("to be or not to be") == '"to" OR "be" OR "or" OR "not"'
 
 
 # --- writes keep the index exact --------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -129,8 +130,18 @@ def retention(
     ),
     threads: int = typer.Option(2, help="torch CPU threads"),
     seed: int = typer.Option(0, help="seed of the calibration split"),
+    mode: str = typer.Option(
+        "visual",
+        help="visual (MaxSim of each method); hybrid (also BM25 over the text corpus and its "
+        "fusion with the uncompressed and every compressed ranking: RRF and an alpha sweep)",
+    ),
+    hybrid_plot: Path | None = typer.Option(
+        None, help="--mode hybrid: NDCG@10 against alpha, with BM25 / visual / RRF (PNG)"
+    ),
 ) -> None:
     """Encode the corpus once, compress it with every method and ratio, score exact MaxSim."""
+    if mode not in ("visual", "hybrid"):
+        raise typer.BadParameter(f"--mode must be visual or hybrid, got {mode!r}")
     import torch
     from rich.console import Console
 
@@ -146,6 +157,10 @@ def retention(
         console = Console(width=120)
     started = time.perf_counter()
     data = load_dataset(dataset)
+    if mode == "hybrid" and data.kind != "text":
+        raise typer.BadParameter(
+            f"--mode hybrid needs a text corpus (BM25 over its documents); {dataset} holds images"
+        )
     options = {"num_threads": threads} if data.kind == "text" else {}
     model = load_benchmark_encoder(encoder, data.kind, **options)
     reports: dict[str, dict] = {}
@@ -156,6 +171,13 @@ def retention(
         encoded_at = time.perf_counter()
         if kept_tokens and data.kind == "text":
             tokens = model.document_tokens([data.docs[d] for d in corpus.doc_ids])
+
+        rankings: dict[str, Any] = {}
+        evaluated: list[str] = []
+
+        def keep_scores(name: str, scored: Any, query_ids: list[str]) -> None:
+            rankings[name] = scored.scores
+            evaluated[:] = query_ids
 
         def inspect(label: str, ratio: float, compressed: list) -> None:
             report = kept_token_report(tokens, compressed) if tokens is not None else None
@@ -174,6 +196,7 @@ def retention(
             progress=_Bar(bar),
             keep_kept=inspect,
             codes=_parse_codes(codes),
+            keep_scores=keep_scores if mode == "hybrid" else None,
         )
     result["timing_s"] = {
         "encode": round(encoded_at - started, 1),
@@ -182,12 +205,24 @@ def retention(
     result["skipped_docs"] = data.empty_docs()
     if reports:
         result["kept_tokens"] = reports
+    if mode == "hybrid":
+        from vrag_compress.bench.eval.hybrid import print_hybrid_table, run_hybrid
+
+        qrels = {q: data.qrels[q] for q in evaluated}
+        result["hybrid"] = run_hybrid(data, corpus.doc_ids, evaluated, qrels, rankings)
+        result["timing_s"]["total"] = round(time.perf_counter() - started, 1)
     print_table(result, console)
+    if mode == "hybrid":
+        print_hybrid_table(result, console)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(result, indent=2))
     console.print(f"wrote {json_out}")
     if plot is not None:
         console.print(f"wrote {plot_retention(result, plot)}")
+    if hybrid_plot is not None and "hybrid" in result:
+        from vrag_compress.bench.eval.hybrid import plot_hybrid
+
+        console.print(f"wrote {plot_hybrid(result, hybrid_plot)}")
     curve = result["calibration"]["sr_curve"]
     if sr_plot is not None and curve:
         title = f"SR per layer · {result['encoder']} · {result['dataset']}"

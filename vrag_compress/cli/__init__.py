@@ -11,6 +11,7 @@ import vrag_compress.bench.compress  # noqa: F401
 import vrag_compress.bench.encode  # noqa: F401
 import vrag_compress.bench.estimate  # noqa: F401
 import vrag_compress.bench.ingest  # noqa: F401
+import vrag_compress.bench.lexical  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
 import vrag_compress.bench.serve  # noqa: F401

@@ -27,15 +27,33 @@ from vrag_compress.store.validate import StoreInputError
 _WORD = re.compile(r"[^\W_]+")
 MAX_TEXT_QUERY_CHARS = 100_000
 
+# English function words left out of plain-word queries (the stop set of the standard BM25
+# baselines). They occur in nearly every page, so BM25 gives them almost no weight, yet their
+# long posting lists are most of a query's cost. Pages keep them (phrases still match them), and
+# a query made only of them searches them.
+STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their "
+    "then there these they this to was will with".split()
+)
+
+
+def query_words(text: str) -> list[str]:
+    """The distinct words a plain query searches for, as typed (the first spelling of each
+    folded word), without stop words unless it has nothing else."""
+    words: dict[str, str] = {}
+    for word in _WORD.findall(text):
+        words.setdefault(fold(word), word)
+    content = [w for key, w in words.items() if key not in STOPWORDS]
+    return content or list(words.values())
+
 
 def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
-    """The FTS5 expression for a user query: its distinct words, each quoted, OR-ed (None when
-    it has no words); with ``fts_syntax`` the text itself."""
+    """The FTS5 expression for a user query: its words, each quoted, OR-ed (None when it has
+    no words); with ``fts_syntax`` the text itself."""
     match_text(text)
     if fts_syntax:
         return text if text.strip() else None
-    words = dict.fromkeys(w.casefold() for w in _WORD.findall(text))
-    return " OR ".join(f'"{w}"' for w in words) or None
+    return " OR ".join(f'"{w}"' for w in query_words(text)) or None
 
 
 class LexicalIndex:
@@ -98,11 +116,13 @@ SPARSE_AVG_WORDS = 256.0  # the typical page length the length normalisation ass
 def terms(text: str | None) -> list[str]:
     """The words of ``text`` folded as the FTS5 tokenizer folds them: case, diacritics and
     compatibility forms ("Café" -> "cafe", "ﬁ" -> "fi")."""
-    if not text:
-        return []
-    decomposed = unicodedata.normalize("NFKD", text)
-    plain = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return [w.casefold() for w in _WORD.findall(plain)]
+    return [fold(w) for w in _WORD.findall(text or "")]
+
+
+def fold(word: str) -> str:
+    """Lower case without diacritics, as the unicode61 tokenizer folds ("Ünï" -> "uni")."""
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 
 
 def term_id(term: str) -> int:
@@ -122,7 +142,7 @@ def sparse_document(text: str | None) -> tuple[list[int], list[float]]:
 
 def sparse_query(text: str) -> tuple[list[int], list[float]]:
     """A query's terms, each weighted 1 (the score then sums IDF x term weight: BM25)."""
-    ids = sorted({term_id(w) for w in terms(match_text(text))})
+    ids = sorted({term_id(fold(w)) for w in query_words(match_text(text))})
     return ids, [1.0] * len(ids)
 
 

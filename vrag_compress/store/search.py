@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 EXACT_WITHOUT_INDEX = 1_000_000  # auto's exact limit (vectors) when there is no candidate index
 SMALL_RERANK_TOKENS = 1 << 17  # reranks up to this many vectors run BLAS on one thread
 HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
+TIE_MARGIN = 8  # extra text hits fetched so ties at the last place are ordered by page_id
 
 Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
 
@@ -122,10 +123,13 @@ class Searcher:
         with self.ctx.catalog.mutex:
             for attempt in range(3):
                 lexical = [
-                    self.lexical.search(t, text_depth, where, fts_syntax=fts_syntax) for t in words
+                    self.lexical.search(t, text_depth + TIE_MARGIN, where, fts_syntax=fts_syntax)
+                    for t in words
                 ]
                 visual = self._search_snapshot(qs, depth, where, "auto") if qs else None
-                results = self._fuse(lexical, visual, k, alpha, drop_missing=attempt == 2)
+                results = self._fuse(
+                    lexical, visual, k, alpha, text_depth, drop_missing=attempt == 2
+                )
                 if results is not None:
                     return results
                 self.snapshots.invalidate()
@@ -137,6 +141,7 @@ class Searcher:
         visual: Hits | None,
         k: int,
         alpha: float | None,
+        text_depth: int,
         drop_missing: bool,
     ) -> list[list[SearchResult]] | None:
         """Text hits (``visual`` None) or both sides fused, as results with their components."""
@@ -147,7 +152,7 @@ class Searcher:
         pid_of = {row[1]: pid for pid, row in rows.items()}
         out = []
         for i, text_hits in enumerate(lexical):
-            sides = {"text": _ranked(*text_hits, rows)}
+            sides = {"text": _ranked(*text_hits, rows)[:text_depth]}
             if visual is not None:
                 sides = {"visual": _ranked(*visual[i], rows), **sides}
             fused = fuse(sides, k, alpha=alpha if visual is not None else None)
@@ -306,8 +311,12 @@ class Searcher:
 def _ranked(
     pids: np.ndarray, scores: np.ndarray, rows: dict[int, tuple]
 ) -> list[tuple[str, float]]:
-    """One side's ``(page_id, score)`` list, best first, without pages that vanished."""
-    return [(rows[p][1], float(s)) for p, s in zip(pids.tolist(), scores, strict=True) if p in rows]
+    """One side's ``(page_id, score)`` list, best first, ties by page_id, without pages that
+    vanished."""
+    ranked = [
+        (rows[p][1], float(s)) for p, s in zip(pids.tolist(), scores, strict=True) if p in rows
+    ]
+    return sorted(ranked, key=lambda r: (-r[1], r[0]))
 
 
 def _result(

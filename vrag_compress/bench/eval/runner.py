@@ -326,10 +326,13 @@ def run_retention(
     progress: Progress | None = None,
     keep_kept: Callable[[str, float, list], None] | None = None,
     codes: Sequence[str] = ("fp16",),
+    keep_scores: Callable[[str, Scored, list[str]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every method at every ratio on the same encodings; returns the JSON-ready result.
 
-    ``keep_kept(label, ratio, compressed_pages)`` lets a caller inspect what each method kept.
+    ``keep_kept(label, ratio, compressed_pages)`` lets a caller inspect what each method kept;
+    ``keep_scores(name, scored, eval_query_ids)`` gets every score matrix ("uncompressed",
+    then ``method@ratio``, with ``/code`` unless fp16).
     ``codes`` scores the compressed vectors as stored: fp16, or centroid + 4/2-bit residual
     codes decoded (one result row per code, with the bytes stored per token).
     """
@@ -355,6 +358,8 @@ def run_retention(
     # The reference is the uncompressed index as a store keeps it (fp16), so identity scores 1.0.
     full_vectors, _ = _stored_vectors([p.vectors for p in corpus.pages], "fp16", seed)
     full = score_and_evaluate(corpus, full_vectors, eval_ids, qrels)
+    if keep_scores is not None:
+        keep_scores("uncompressed", full, eval_ids)
     results = []
     if progress:
         progress("start:compressing + scoring", len(specs) * len(ratios))
@@ -367,6 +372,9 @@ def run_retention(
             for code in codes:
                 vectors, per_token = _stored_vectors([c.vectors for c in compressed], code, seed)
                 scored = score_and_evaluate(corpus, vectors, eval_ids, qrels)
+                if keep_scores is not None:
+                    suffix = "" if code == "fp16" else f"/{code}"
+                    keep_scores(f"{spec.label}@{ratio:g}{suffix}", scored, eval_ids)
                 row = _result_row(spec.label, ratio, scored, full, pairs, compressed)
                 if list(codes) != ["fp16"]:
                     row["codes"] = code
