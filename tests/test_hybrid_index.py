@@ -118,16 +118,10 @@ def test_python_api(index_dir):
             index.search("x", mode="auto", alpha=0.5)
 
 
-def test_an_old_index_searches_text_and_gains_the_index(index_dir, tmp_path):
+def test_an_old_index_searches_text_and_gains_the_index(index_dir, tmp_path, make_old):
     old = tmp_path / "old"
     shutil.copytree(index_dir, old)
-    conn = sqlite3.connect(old / cat.CATALOG_NAME, isolation_level=None)
-    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
-        conn.execute(f"DROP TRIGGER {trigger}")
-    conn.execute("DROP TABLE pages_fts")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    cat.seal_meta(conn)
-    conn.close()
+    make_old(old)
     before = search_json(index_dir, "oral argument", "--mode", "text")
     assert search_json(old, "oral argument", "--mode", "text") == [
         {**h, "image_path": h["image_path"] and h["image_path"].replace(str(index_dir), str(old))}

@@ -288,17 +288,6 @@ def test_a_killed_writer_leaves_the_text_index_exact_and_resume_works(store_path
 # --- schema: old catalogs gain the index, newer ones are refused -------------------------------
 
 
-def make_old(path: Path) -> None:
-    """Turn a store into one written before text indexes (schema 1: no FTS table, no triggers)."""
-    conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
-    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
-        conn.execute(f"DROP TRIGGER {trigger}")
-    conn.execute("DROP TABLE pages_fts")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    cat.seal_meta(conn)
-    conn.close()
-
-
 def schema_of(path: Path) -> tuple[int, bool]:
     conn = sqlite3.connect(path / cat.CATALOG_NAME)
     version = int(conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
@@ -307,7 +296,7 @@ def schema_of(path: Path) -> tuple[int, bool]:
     return version, has
 
 
-def test_an_old_index_opens_and_gains_the_text_index(store_path):
+def test_an_old_index_opens_and_gains_the_text_index(store_path, make_old):
     make_old(store_path)
     assert schema_of(store_path) == (1, False)
     with LocalStore.open(store_path, readonly=True) as reader:  # cannot write: a private index
@@ -322,7 +311,7 @@ def test_an_old_index_opens_and_gains_the_text_index(store_path):
         assert store.verify().ok
 
 
-def test_a_reader_of_an_old_index_sees_later_writes(store_path):
+def test_a_reader_of_an_old_index_sees_later_writes(store_path, make_old):
     make_old(store_path)
     with LocalStore.open(store_path, readonly=True) as reader:
         assert text_ids(reader, "zeppelin") == []
