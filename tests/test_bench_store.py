@@ -61,3 +61,21 @@ def test_real_pages_from_a_beir_folder(shared_data: Path, tmp_path: Path) -> Non
     assert report["config"]["data"] == "real" and list((tmp_path / "cache").glob("*.npz"))
     bad = CliRunner().invoke(app, ["bench", "store", "--data", "nope"])
     assert bad.exit_code == 2
+
+
+def test_store_without_fp16_vectors(tmp_path: Path) -> None:
+    """`--codes 2bit --no-fp16`: a smaller store, searched on decoded codes, same JSON keys."""
+    base = ["bench", "store", "--pages", "400", "--tokens-full", "100", "--queries", "12"]
+    base += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "32"]
+    reports = {}
+    for name, extra in (("fp16", ["--codes", "2bit"]), ("codes", ["--codes", "2bit", "--no-fp16"])):
+        out = tmp_path / f"{name}.json"
+        res = CliRunner().invoke(app, [*base, *extra, "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        reports[name] = json.loads(out.read_text())
+        _check(reports[name], 400)
+    assert reports["codes"]["config"]["fp16"] is False
+    assert reports["codes"]["bytes_per_page"] < reports["fp16"]["bytes_per_page"] / 2
+    assert reports["codes"]["index_bytes_per_page"] > 0
+    bad = CliRunner().invoke(app, [*base, "--no-fp16"])  # codes none: nothing to rerank on
+    assert bad.exit_code == 2

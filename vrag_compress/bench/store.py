@@ -31,6 +31,7 @@ from vrag_compress.bench.store_timing import add_all, progress, timed_search
 out = Console()
 err = Console(stderr=True)
 FULL_STORE_MAX_BYTES = 4 << 30
+FIRST_BATCH_NO_FP16 = 8192  # pages per add without fp16: the first add trains the codes
 
 
 @bench_app.command("store")
@@ -77,6 +78,12 @@ def bench_store(
     codes: str = typer.Option(
         "none", "--codes", help="Residual codes kept by the candidate index: none, 4bit, 2bit."
     ),
+    fp16: bool = typer.Option(
+        True,
+        "--fp16/--no-fp16",
+        help="--no-fp16: the compressed store keeps only the --codes (4bit/2bit), no fp16 "
+        "vectors; its exact and two-stage searches score the decoded vectors.",
+    ),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
     backend: str = typer.Option(
@@ -105,6 +112,8 @@ def bench_store(
         raise typer.BadParameter("use real or synthetic", param_hint="--data")
     if codes not in ("none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
+    if not fp16 and codes == "none":
+        raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
     source = _real_source(source_dataset) if data_kind == "real" else None
     pool = None
     if source is not None:
@@ -181,6 +190,7 @@ def bench_store(
                 nprobe,
                 threads,
                 codes,
+                fp16,
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -200,6 +210,7 @@ def bench_store(
         "data": data_kind,
         "source_dataset": None if source is None else str(source),
         "codes": codes,
+        "fp16": fp16,
     }
     report["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     _print(report)
@@ -332,10 +343,14 @@ def _run(
     nprobe: int,
     threads: int,
     codes: str = "none",
+    fp16: bool = True,
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
 
-    config = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
+    config: dict[str, Any] = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
+    if not fp16:  # the codes are the only copy: the first add trains them, so make it large
+        config["fp16"] = False
+        batch = max(batch, min(pages, FIRST_BATCH_NO_FP16))
     # one segment in page order: the search matrix can then be the memory map itself (no copy);
     # the candidate index is trained once after the adds (timed as build_s), not while adding
     options: dict[str, Any] = {
@@ -404,6 +419,7 @@ def _run(
         "bytes_per_page": round(size_compressed * 2**20 / pages, 1),
         "size_mb_index": round(size_index, 2),
         "params": {k: info.get(k) for k in ("k", "nprobe", "rerank", "codes")},
+        "index_bytes_per_page": info.get("bytes_per_page"),
         "recall_queries": len(qs),
         "speedup_exact_vs_bruteforce": None if brute_ms is None else round(brute_ms / exact_ms, 1),
         "exact_over_blas_floor": round(exact_ms / blas_ms, 2),
