@@ -136,13 +136,10 @@ def print_hybrid_table(result: dict[str, Any], console) -> None:  # noqa: ANN001
 def plot_hybrid(result: dict[str, Any], out_png: str | Path) -> Path:
     """NDCG@10 against alpha for each visual ranking, with BM25, the visual ranking and RRF
     as horizontal references; writes a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from vrag_compress.bench.eval.plot import new_figure, save_figure
 
     hybrid = result["hybrid"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure((7, 4.5))
     ax.axhline(hybrid["bm25"]["ndcg@10"], color="black", linestyle=":", label="BM25 (FTS5)")
     for i, row in enumerate(hybrid["rows"]):
         color = f"C{i}"
@@ -165,9 +162,4 @@ def plot_hybrid(result: dict[str, Any], out_png: str | Path) -> Path:
     ax.set_ylabel("NDCG@10")
     ax.set_title(f"hybrid search · {result['dataset']} · {result['encoder']}")
     ax.legend(fontsize=7, loc="lower center")
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)

@@ -6,17 +6,34 @@ from pathlib import Path
 from typing import Any
 
 
-def plot_retention(result: dict[str, Any], out_png: str | Path) -> Path:
-    """retention@10 against the keep ratio (log axis), one line per method; writes a PNG."""
+def new_figure(size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes on matplotlib's file-only backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(figsize=size)
+
+
+def save_figure(fig: Any, out_png: str | Path) -> Path:
+    """Lay the figure out, write it as a PNG (making its folder) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_retention(result: dict[str, Any], out_png: str | Path) -> Path:
+    """retention@10 against the keep ratio (log axis), one line per method; writes a PNG."""
     by_method: dict[str, list[tuple[float, float]]] = {}
     for row in result["results"]:
         by_method.setdefault(row["method"], []).append((row["ratio"], row["retention@10"]))
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure((7, 4.5))
     for method, points in by_method.items():
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=method)
@@ -33,22 +50,12 @@ def plot_retention(result: dict[str, Any], out_png: str | Path) -> Path:
     )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)
 
 
 def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, title: str) -> Path:
     """The per-layer SR curve of single-layer SAP with the selected window shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = new_figure((6, 3.5))
     ax.plot(range(len(curve)), curve, marker="o")
     if window:
         ax.axvspan(min(window) - 0.4, max(window) + 0.4, alpha=0.2, label=f"window {window}")
@@ -57,22 +64,13 @@ def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, ti
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    out = Path(out_png)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)
 
 
 def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -> Path:
     """Estimated against judged retention@10, one marker per (method, ratio), with the ±0.03
     band around the diagonal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = new_figure((5.5, 5))
     values = [r["estimated"] for r in rows] + [r["measured"] for r in rows]
     low, high = min(values) - 0.03, max(values) + 0.03
     ax.plot([low, high], [low, high], color="grey", linewidth=0.8)
@@ -100,9 +98,4 @@ def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)
