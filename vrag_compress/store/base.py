@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 # auto, exact and two_stage rank by MaxSim (visual); text ranks by BM25 over the page text;
 # hybrid fuses both (the visual side searched as auto).
@@ -247,9 +250,11 @@ class MultiVectorStore(Protocol):
 
     def close(self) -> None: ...
 
-    def __enter__(self) -> MultiVectorStore: ...
+    def __enter__(self) -> Self:
+        return self
 
-    def __exit__(self, *exc: object) -> None: ...
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @runtime_checkable

@@ -251,12 +251,6 @@ class LocalStore(MultiVectorStore):
                 self._lock.release()
                 self._lock = None
 
-    def __enter__(self) -> LocalStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def closed(self) -> bool:
         return self._ctx.catalog.closed

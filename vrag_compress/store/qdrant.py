@@ -387,12 +387,6 @@ class QdrantStore(MultiVectorStore):
             self.client.close()
         self.client = None
 
-    def __enter__(self) -> QdrantStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def closed(self) -> bool:
         return self.client is None
