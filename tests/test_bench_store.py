@@ -20,6 +20,7 @@ def _check(report: dict, pages: int) -> None:
     assert report["pages"] == pages
     assert 0.0 <= report["recall@10_two_stage"] <= 1.0
     assert report["latency_ms"]["two_stage"] > 0 and report["latency_ms"]["exact"] > 0
+    assert report["latency_ms"]["auto"] > 0
     assert report["size_mb"]["compressed"] > 0 and report["bytes_per_page"] > 0
     assert report["params"]["k"] >= 1 and report["params"]["rerank"] >= 1
     assert report["recall_queries"] == report["config"]["queries"]

@@ -2,11 +2,11 @@
 
 Compares (a) brute-force MaxSim over uncompressed pages with colpali-engine's
 `score_multi_vector` (what byaldi does), (b) the store's exact search over compressed pages,
-(c) its two-stage search (centroid-code candidates + exact rerank), and the floor: one BLAS
-product of a query against the same compressed token matrix. Pages are either resampled real
-MiniLM token vectors of a BEIR corpus with its real queries (``--data real``, see
-`real_pages`) or synthetic topic mixtures (``--data synthetic``, a stress test whose ranks 2–10
-are near-ties). Recall of (c) is measured against (b) on every query.
+(c) its two-stage search (centroid-code candidates + exact rerank), `auto` (what the cost
+model picks), and the floor: one BLAS product of a query against the same compressed token
+matrix. Pages are either resampled real MiniLM token vectors of a BEIR corpus with its real
+queries (``--data real``, see `real_pages`) or synthetic topic mixtures (``--data synthetic``, a
+stress test whose ranks 2–10 are near-ties). Recall of (c) is measured against (b) on every query.
 """
 
 from __future__ import annotations
@@ -382,6 +382,7 @@ def _run(
         open_s = time.perf_counter() - t0
         info = store.index_info() or {}
         two, two_ms = timed_search(store, qs, "two_stage", "two-stage search (c)")
+        _, auto_ms = timed_search(store, qs, "auto", "auto search")
         t0 = time.perf_counter()
         store.search(qs[0], k=10, mode="exact")  # loads the token matrix
         load_s = time.perf_counter() - t0
@@ -398,6 +399,7 @@ def _run(
         "bruteforce_full": brute_ms,
         "exact": exact_ms,
         "two_stage": two_ms,
+        "auto": auto_ms,
         "blas_floor": blas_ms,
     }
     return {
@@ -502,6 +504,7 @@ def _print(report: dict[str, Any]) -> None:
         ("(a) brute force full, colpali-engine (ms/query)", _fmt(lat["bruteforce_full"])),
         ("(b) exact, compressed (ms/query)", _fmt(lat["exact"])),
         ("(c) two-stage, compressed (ms/query)", _fmt(lat["two_stage"])),
+        ("auto mode, compressed (ms/query)", _fmt(lat["auto"])),
         ("BLAS floor, one q @ T.T (ms)", _fmt(lat["blas_floor"])),
         ("recall@10 (c) vs (b)", f"{report['recall@10_two_stage']:.4f}"),
         ("add throughput (pages/s)", f"{report['add_pages_per_s']:.1f}"),
