@@ -9,7 +9,9 @@ find, so the query shares meaning with its page rather than copying it. Pages wi
 
 Per method and ratio the report gives:
 - ``estimated``: the expected retention@10, the NDCG@10 of the compressed ranking over the
-  NDCG@10 of the uncompressed ranking, with each pseudo-query's page as its one relevant page;
+  NDCG@10 of the uncompressed ranking, with graded pseudo-relevance: the query's own page
+  (gain 2) and the ``neighbours`` pages nearest to it (gain 1, by the cosine of their mean
+  uncompressed token vectors), since real queries are judged on topics that several pages cover;
 - ``sr``: mean Score Retention (compressed / uncompressed MaxSim) of each query and its page;
 - ``rank_agreement``: the share of the uncompressed top 10 that the compressed top 10 keeps;
 - ``tokens_per_page``: the vectors a page keeps on average.
@@ -39,6 +41,7 @@ DEFAULT_SAMPLE = 300
 MIN_SENTENCE_WORDS = 6
 SPAN_TOKENS = 12
 TOP = 10
+DEFAULT_NEIGHBOURS = 5
 
 Progress = Callable[[str], None]
 
@@ -204,13 +207,31 @@ def maxsim_matrix(queries: Sequence[np.ndarray], pages: Sequence[np.ndarray]) ->
     return out
 
 
-def _ndcg_of_source(scores: np.ndarray, sources: Sequence[int]) -> float:
-    """Mean NDCG@10 with one relevant page per query (its own page)."""
-    rows = np.arange(len(sources))
-    own = scores[rows, sources]
-    rank = (scores > own[:, None]).sum(axis=1)
-    gains = np.where(rank < TOP, 1.0 / np.log2(rank + 2.0), 0.0)
-    return float(gains.mean())
+def pseudo_gains(
+    pages: Sequence[PageEncoding], sources: Sequence[int], neighbours: int
+) -> np.ndarray:
+    """Graded pseudo-relevance [n_queries, n_pages]: gain 2 for the query's own page and 1 for
+    the ``neighbours`` pages closest to it (cosine of the mean of their uncompressed token
+    vectors): a topic is rarely covered by one page, and real queries are judged on topics."""
+    means = np.stack([p.vectors.mean(axis=0) for p in pages]).astype(np.float64)
+    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    gains = np.zeros((len(sources), len(pages)))
+    for row, source in enumerate(sources):
+        if neighbours > 0:
+            near = np.argsort(-(means @ means[source]), kind="stable")
+            gains[row, [int(j) for j in near if j != source][:neighbours]] = 1.0
+        gains[row, source] = 2.0
+    return gains
+
+
+def _ndcg(scores: np.ndarray, gains: np.ndarray) -> float:
+    """Mean NDCG@10 (linear gains) of the rankings ``scores`` under the graded ``gains``."""
+    k = min(TOP, scores.shape[1])
+    discount = 1.0 / np.log2(np.arange(k) + 2.0)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    dcg = (np.take_along_axis(gains, order, axis=1) * discount).sum(axis=1)
+    ideal = (-np.sort(-gains, axis=1)[:, :k] * discount).sum(axis=1)
+    return float(np.mean(dcg / np.where(ideal > 0, ideal, 1.0)))
 
 
 def _top_overlap(full: np.ndarray, compressed: np.ndarray) -> float:
@@ -229,17 +250,20 @@ def estimate_pages(
     model_id: str | None = None,
     window: Sequence[int] | None = None,
     encoder_name: str = "",
+    neighbours: int = DEFAULT_NEIGHBOURS,
     progress: Progress | None = None,
 ) -> RetentionEstimate:
     """The estimate on already-built pseudo-queries; ``methods`` are names or
-    ``name:key=value`` specs (as in the retention benchmark)."""
+    ``name:key=value`` specs (as in the retention benchmark); ``neighbours`` pages nearest to a
+    query's own page count as partly relevant (0: only its own page)."""
     if len(pseudo.pages) < 2 or not pseudo.queries:
         raise EstimateError(
             f"the estimate needs at least 2 pages and 1 pseudo-query, got {len(pseudo.pages)} "
             f"pages and {len(pseudo.queries)} queries; sample more pages"
         )
     full = maxsim_matrix(pseudo.queries, [p.vectors for p in pseudo.pages])
-    full_ndcg = _ndcg_of_source(full, pseudo.sources)
+    gains = pseudo_gains(pseudo.pages, pseudo.sources, neighbours)
+    full_ndcg = _ndcg(full, gains)
     own = full[np.arange(len(pseudo.sources)), pseudo.sources]
     rows = []
     for spec in methods:
@@ -255,9 +279,7 @@ def estimate_pages(
                 EstimateRow(
                     method=spec,
                     ratio=float(ratio),
-                    estimated=_ndcg_of_source(scores, pseudo.sources) / full_ndcg
-                    if full_ndcg > 0
-                    else math.nan,
+                    estimated=_ndcg(scores, gains) / full_ndcg if full_ndcg > 0 else math.nan,
                     sr=float(np.mean(np.where(own > 0, kept / np.where(own > 0, own, 1), 1.0))),
                     rank_agreement=_top_overlap(full, scores),
                     tokens_per_page=float(np.mean([len(c.vectors) for c in compressed])),
@@ -301,6 +323,7 @@ def estimate_retention(
     model: str | None = None,
     encoder: Encoder | None = None,
     device: str = "auto",
+    neighbours: int = DEFAULT_NEIGHBOURS,
     progress: Progress | None = None,
 ) -> RetentionEstimate:
     """Estimate each method's retention at each ratio on ``source`` before committing to one.
@@ -312,20 +335,20 @@ def estimate_retention(
     from vrag_compress.index import VisualIndex
 
     if isinstance(source, VisualIndex):
-        return _estimate_index(source, methods, ratios, sample, seed, progress)
+        return _estimate_index(source, methods, ratios, sample, seed, neighbours, progress)
     path = Path(source)
     if not path.exists():
         raise EstimateError(f"{path}: no such index, folder or file")
     if VisualIndex.exists(path):
         with VisualIndex.open(path, model=model, encoder=encoder, device=device) as index:
-            return _estimate_index(index, methods, ratios, sample, seed, progress)
+            return _estimate_index(index, methods, ratios, sample, seed, neighbours, progress)
     if encoder is None:
         from vrag_compress.defaults import DEFAULT_MODEL
         from vrag_compress.encoders import load_encoder
 
         encoder = load_encoder(model or DEFAULT_MODEL, device=device)
     texts, images = _folder_pages(path, sample, seed)
-    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, progress)
+    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, neighbours, progress)
 
 
 def _estimate_index(
@@ -334,6 +357,7 @@ def _estimate_index(
     ratios: Sequence[float],
     sample: int,
     seed: int,
+    neighbours: int,
     progress: Progress | None,
 ) -> RetentionEstimate:
     ids = sorted(index.store.page_ids())
@@ -347,7 +371,7 @@ def _estimate_index(
         images = [
             index.assets.load(r.image_ref, r.metadata.get("source"), r.page_no) for r in records
         ]
-    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, progress)
+    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, neighbours, progress)
 
 
 def _folder_pages(path: Path, sample: int, seed: int) -> tuple[list[str | None], list[Any]]:
@@ -375,6 +399,7 @@ def _estimate_encoded(
     methods: Sequence[str],
     ratios: Sequence[float],
     seed: int,
+    neighbours: int,
     progress: Progress | None,
 ) -> RetentionEstimate:
     if reads_text(encoder):
@@ -392,5 +417,6 @@ def _estimate_encoded(
         n_layers=int(encoder.n_layers),
         model_id=getattr(encoder, "model_id", None),
         encoder_name=str(getattr(encoder, "model_id", "")),
+        neighbours=neighbours,
         progress=progress,
     )

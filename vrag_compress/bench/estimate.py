@@ -76,6 +76,7 @@ def estimate(
     methods: str = typer.Option("sap uot random", help="methods, space/comma separated"),
     ratios: str = typer.Option("0.25 0.1 0.05", help="keep ratios, space/comma separated"),
     sample: int = typer.Option(400, help="corpus pages the estimate samples"),
+    neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),
     window: str = typer.Option("auto", help="SAP window of the judged run: 'auto' or layers"),
     json_out: Path = typer.Option(..., "--json", help="write the rows here"),
     plot: Path | None = typer.Option(None, help="estimated-vs-judged plot (PNG)"),
@@ -113,7 +114,12 @@ def estimate(
     picked = sorted(rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), False))
     pseudo = cloze_queries([data.docs[corpus.doc_ids[i]] for i in picked], model, seed)
     result = estimate_pages(
-        pseudo, method_list, ratio_list, n_layers=corpus.n_layers, encoder_name=corpus.model_id
+        pseudo,
+        method_list,
+        ratio_list,
+        n_layers=corpus.n_layers,
+        encoder_name=corpus.model_id,
+        neighbours=neighbours,
     )
     rows = compare(result, measured)
     order = same_order(rows)
@@ -127,6 +133,7 @@ def estimate(
             "n_pages": result.n_pages,
             "n_queries": result.n_queries,
             "query_kind": result.query_kind,
+            "neighbours": neighbours,
             "recommendation": result.recommend(),
         },
         "measured": {"n_queries": measured["n_queries"], "window": measured["window"]},

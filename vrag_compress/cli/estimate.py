@@ -75,6 +75,9 @@ def estimate(
         None, help="Encoder for a folder (default the index default); an index uses its own."
     ),
     seed: int = typer.Option(0, help="Seed of the page sample and the pseudo-queries."),
+    neighbours: int = typer.Option(
+        5, min=0, help="Pages nearest a pseudo-query's own page that count as partly relevant."
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the result here."),
 ) -> None:
@@ -97,6 +100,7 @@ def estimate(
             seed=seed,
             model=model,
             device=device,
+            neighbours=neighbours,
         )
     except (EstimateError, CompressionError, ModelNotFoundError) as exc:
         err.print(f"error: {exc}")
