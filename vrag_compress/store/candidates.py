@@ -426,21 +426,32 @@ def _concat(parts: list[_Part], with_resid: bool, width: int) -> _Part:
 
 class CodedTokens:
     """The token matrix of some pages rebuilt from their codes on demand: what a store without
-    fp16 vectors searches. Indexing with a slice or row indices decodes just those rows, so an
-    exact search decodes one chunk at a time and a rerank only its candidates."""
+    fp16 vectors searches. Indexing with row indices decodes just those rows (a rerank); the
+    first slice (an exact search, chunk by chunk) decodes everything once and keeps it when the
+    fp32 matrix fits ``cache_bytes``, else each chunk is decoded when asked for. Opening and the
+    first two-stage answer therefore decode only the reranked pages."""
 
-    def __init__(self, index: CandidateIndex, slots: np.ndarray):
+    def __init__(self, index: CandidateIndex, slots: np.ndarray, cache_bytes: int = 0):
         self.index = index
         self.rows, self.bounds = gather_pages(index.slot_bounds, np.asarray(slots, np.int64))
         self.dtype = np.dtype(np.float32)
         self.shape = (len(self.rows), int(index.centroids.shape[1]))
         self.ndim = 2
+        self.cache_bytes = cache_bytes
+        self._dense: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        if self._dense is None and isinstance(key, slice) and self._fits():
+            self._dense = self.index.decode_rows(self.rows)
+        if self._dense is not None:
+            return self._dense[key]
         return self.index.decode_rows(self.rows[key])
+
+    def _fits(self) -> bool:
+        return self.shape[0] * self.shape[1] * 4 <= self.cache_bytes
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self[:]

@@ -294,7 +294,7 @@ class CentroidIndexes:
                 f"{int((slots < 0).sum())} pages without fp16 vectors are missing from the "
                 "candidate index",
             )
-        return cand.CodedTokens(index, slots)
+        return cand.CodedTokens(index, slots, self.ctx.options.cache_fp32_max_bytes)
 
     def train_in_background(self, snapshot: Callable[[], Any], codes: str) -> bool:
         """Start `train` on a fresh snapshot in a daemon thread unless one runs (False then)."""

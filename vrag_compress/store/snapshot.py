@@ -5,7 +5,7 @@ A snapshot is read in one catalog read transaction, and segments are mapped only
 committed lengths, so a reader never sees uncommitted pages. The token matrix is fp32 while it
 fits ``cache_fp32_max_bytes``, else fp16 (a single large segment in page order is mapped, not
 copied). A store without fp16 vectors decodes its pages' codes from the candidate index committed
-in the same transaction: all at once while the fp32 matrix fits the cache, else on demand.
+in the same transaction, on demand (`CodedTokens`).
 """
 
 from __future__ import annotations
@@ -82,8 +82,6 @@ class Snapshots:
                 tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
             else:
                 tokens = self.coded(conn, pids)
-                if int(bounds[-1]) * self.ctx.dim * 4 <= self.ctx.options.cache_fp32_max_bytes:
-                    tokens = np.asarray(tokens[:], dtype=np.float32)
         order = np.argsort(pids)
         return Snapshot(gen, pids.copy(), bounds, tokens, pids[order], order)
 
