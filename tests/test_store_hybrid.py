@@ -229,9 +229,17 @@ def test_upsert_delete_compact_keep_the_text_index_exact(store_path):
         assert indexed == store.count() == 2
 
 
-def test_verify_finds_a_text_index_out_of_step_and_optimize_repairs_it(store_path):
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "INSERT INTO pages_fts(rowid, text) VALUES (9999, 'phantom words')",
+        "INSERT INTO pages_fts(pages_fts, rowid, text) "
+        "SELECT 'delete', pid, text FROM pages WHERE page_id = 'p4'",  # a page's words dropped
+    ],
+)
+def test_verify_finds_a_text_index_out_of_step_and_optimize_repairs_it(store_path, tamper):
     conn = sqlite3.connect(store_path / cat.CATALOG_NAME, isolation_level=None)
-    conn.execute("INSERT INTO pages_fts(rowid, text) VALUES (9999, 'phantom words')")
+    conn.execute(tamper)
     conn.close()
     report = LocalStore.verify_path(store_path)
     assert not report.ok and "text index" in " ".join(report.problems)

@@ -618,39 +618,43 @@ def text_matches(
 
 def text_index_problems(conn: sqlite3.Connection) -> list[str]:
     """Where the text index disagrees with the page text (read-only: a private index of the
-    pages is built in memory and every indexed token position is compared with it)."""
+    pages is built in memory and compared with it term by term, with each term's page and
+    occurrence counts, and row by row, with each page's token count)."""
     if not has_text_index(conn):
         return []
     try:
         conn.execute(
             f"CREATE VIRTUAL TABLE temp.fts_expected USING fts5(text, tokenize='{FTS_TOKENIZER}')"
         )
-        conn.execute(
-            "INSERT INTO temp.fts_expected(rowid, text) SELECT pid, text FROM main.pages "
-            "WHERE text IS NOT NULL"
-        )
-        conn.execute(
-            f"CREATE VIRTUAL TABLE temp.fts_have USING fts5vocab(main, {FTS_TABLE}, instance)"
-        )
-        conn.execute(
-            "CREATE VIRTUAL TABLE temp.fts_want USING fts5vocab(temp, fts_expected, instance)"
-        )
-        extra, missing = (
+        conn.execute("INSERT INTO temp.fts_expected(rowid, text) SELECT pid, text FROM main.pages")
+        conn.execute(f"CREATE VIRTUAL TABLE temp.fts_have USING fts5vocab(main, {FTS_TABLE}, row)")
+        conn.execute("CREATE VIRTUAL TABLE temp.fts_want USING fts5vocab(temp, fts_expected, row)")
+        terms = sum(
             conn.execute(
-                f"SELECT count(*), min(doc) FROM (SELECT term, doc, offset FROM temp.{a} "
-                f"EXCEPT SELECT term, doc, offset FROM temp.{b})"
-            ).fetchone()
+                f"SELECT count(*) FROM (SELECT * FROM temp.{a} EXCEPT SELECT * FROM temp.{b})"
+            ).fetchone()[0]
             for a, b in (("fts_have", "fts_want"), ("fts_want", "fts_have"))
         )
+        rows = [
+            r[0]
+            for a, b in (
+                ("main.pages_fts", "temp.fts_expected"),
+                ("temp.fts_expected", "main.pages_fts"),
+            )
+            for r in conn.execute(
+                f"SELECT id FROM (SELECT id, sz FROM {a}_docsize EXCEPT "
+                f"SELECT id, sz FROM {b}_docsize) ORDER BY id"
+            )
+        ]
     except sqlite3.Error as exc:
         return [f"the text index {FTS_TABLE} is unreadable ({exc})"]
     finally:
         for table in ("fts_have", "fts_want", "fts_expected"):
             conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
-    if not extra[0] and not missing[0]:
+    if not terms and not rows:
         return []
+    where = f", first at page row {min(rows)}" if rows else ""
     return [
-        f"the text index {FTS_TABLE} does not match the page text ({extra[0]} indexed tokens "
-        f"not in the pages, {missing[0]} page tokens not indexed, first at page row "
-        f"{extra[1] if extra[0] else missing[1]}); `optimize` rebuilds it"
+        f"the text index {FTS_TABLE} does not match the page text ({terms} terms with other "
+        f"counts, {len(set(rows))} page rows of another length{where}); `optimize` rebuilds it"
     ]
