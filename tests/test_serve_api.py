@@ -86,6 +86,9 @@ def test_search_filter_mode_and_errors_are_json(index_dir):
         assert len(found["hits"]) == 1 and none["hits"] == []
         exact = client.get("/api/search", params={"q": "court", "mode": "exact"})
         assert exact.status_code == 200
+        hybrid = client.get("/api/search", params={"q": "court", "mode": "hybrid", "alpha": 0.5})
+        assert set(hybrid.json()["hits"][0]["components"]) <= {"visual", "text"}
+        assert client.get("/api/search", params={"q": "court", "alpha": 0.5}).status_code == 400
         bad_mode = client.get("/api/search", params={"q": "court", "mode": "fast"})
         assert bad_mode.status_code == 400 and "mode must be one of" in bad_mode.json()["error"]
         bad_filter = client.get("/api/search", params={"q": "court", "filter": "{oops"})

@@ -331,14 +331,24 @@ def _add_api(app: FastAPI, server: Server) -> None:
     def search(
         q: str = Query(..., min_length=1, description="The question or keywords."),
         k: int = Query(5, ge=1, description="Number of pages to return."),
-        mode: str = Query("auto", description="auto, exact or two_stage."),
+        mode: str = Query(
+            "auto",
+            description="auto, exact or two_stage (MaxSim); text (BM25 over the page text); "
+            "hybrid (both, fused).",
+        ),
+        alpha: float | None = Query(
+            None, ge=0, le=1, description="hybrid: 0 text only .. 1 visual only (else RRF)."
+        ),
         filter: list[str] = Query([], description="JSON object, or repeated KEY=VALUE."),
     ) -> dict[str, Any]:
-        """Top-k pages by MaxSim; each hit as `vrag search --json` prints it (with regions)."""
+        """Top-k pages; each hit as `vrag search --json` prints it (with regions, and with
+        `components` in the text and hybrid modes)."""
         if k > config.max_k:
             raise ApiError(400, f"k={k} is over this server's limit of {config.max_k}")
         try:
-            hits = server.reader.search(q, k=k, filter=_filter(filter), mode=cast(SearchMode, mode))
+            hits = server.reader.search(
+                q, k=k, filter=_filter(filter), mode=cast(SearchMode, mode), alpha=alpha
+            )
         except (ValueError, EncoderLoadError, StoreError) as error:
             raise ApiError(400, str(error)) from error
         return {"query": q, "hits": [h.to_dict() for h in hits]}
