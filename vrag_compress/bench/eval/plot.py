@@ -99,3 +99,39 @@ def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, out_png)
+
+
+def plot_budgets(rows: list[dict[str, Any]], out_png: str | Path, title: str) -> Path:
+    """retention@10 against γ: each method's fixed budget solid, ``:budget=adaptive`` dashed
+    (other labelled variants dotted), one colour per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    bases = list(dict.fromkeys(r["method"].split(":")[0] for r in rows))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, base in enumerate(bases):
+        colour = colours[i % len(colours)]
+        for label in dict.fromkeys(r["method"] for r in rows if r["method"].split(":")[0] == base):
+            points = sorted((r["ratio"], r["retention@10"]) for r in rows if r["method"] == label)
+            style = "-" if label == base else "--" if label.endswith("budget=adaptive") else ":"
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            ax.plot(xs, ys, style, marker="o", color=colour, label=label)
+    ratios = sorted({r["ratio"] for r in rows})
+    ax.set_xscale("log")
+    ax.set_xticks(ratios, [f"{r:g}" for r in ratios])
+    ax.minorticks_off()
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("keep ratio γ")
+    ax.set_ylabel("retention@10")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
