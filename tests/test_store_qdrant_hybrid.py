@@ -127,3 +127,18 @@ def test_text_is_not_required_on_every_page(pair):
     assert TEXTS["p3"] is None
     assert "p3" not in ids(remote.search(None, 6, mode="text", text="flat plate flow heat"))
     assert np.isfinite([h.score for h in remote.search(vec(3), 6, mode="hybrid", text="x")]).all()
+
+
+def test_hybrid_with_a_prefetched_visual_side(tmp_path):
+    """`auto` past exact_max_pages: the visual side is itself a candidate prefetch + MaxSim
+    rerank, nested inside the fusion query."""
+    url = f"qdrant+local://{tmp_path / 'q'}"
+    with QdrantStore.create(url, CONFIG, candidate="mean", exact_max_pages=0) as store:
+        store.add(pages())
+        hits = store.search(vec(4), 4, mode="hybrid", text="supersonic flow")
+        exact = {h.page_id: h.score for h in store.search(vec(4), 6, mode="exact")}
+    assert hits[0].page_id == "p4" and hits[0].found_by == ["visual", "text"]
+    for h in hits:
+        assert h.score == pytest.approx(sum(1 / (RRF_K + c["rank"]) for c in h.components.values()))
+        if "visual" in h.components:
+            assert h.components["visual"]["score"] == pytest.approx(exact[h.page_id], rel=1e-4)

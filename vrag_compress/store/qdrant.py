@@ -12,8 +12,9 @@ sidecar collection ``<name>__vrag`` for the config and the document rows, which 
   of the vectors, MaxSim over sign agreement), or none (every search exact).
 - ``text``: a sparse vector of the page text's BM25 term weights; Qdrant applies the IDF
   (``Modifier.IDF``) at query time, so a query of the text's words scores BM25. The ``text``
-  and ``hybrid`` modes search it; hybrid fuses it with the MaxSim ranking exactly as the
-  embedded store does (fusion.py), both sides fetched in one batched request.
+  and ``hybrid`` modes search it. Hybrid's reciprocal rank fusion is Qdrant's own fusion query
+  over the two sides as prefetches; with ``alpha`` both sides are fetched in one batched
+  request and fused here by the embedded store's code (fusion.py).
 - payload: ``page_id``, ``doc_id``, ``page_no``, ``metadata`` (the page metadata), ``image_ref``,
   ``text``. Point ids are UUIDv5 of the page id.
 
@@ -55,7 +56,7 @@ from vrag_compress.store.base import (
     StoreReadOnlyError,
     VerifyReport,
 )
-from vrag_compress.store.fusion import check_alpha, fuse
+from vrag_compress.store.fusion import RRF_K, check_alpha, fuse
 from vrag_compress.store.lexical import sparse_document, sparse_query
 from vrag_compress.store.validate import (
     TEXT_MODES,
@@ -743,6 +744,8 @@ class QdrantStore(MultiVectorStore):
         alpha = check_alpha(alpha)
         depth = k if mode == "text" else max(k, HYBRID_DEPTH)
         text_depth = depth if text_k is None else check_k(text_k)
+        if qs and alpha is None:
+            return self._server_rrf(qs, words, k, flt, depth, text_depth)
         requests = [self._text_request(t, text_depth + _TIE_MARGIN, flt) for t in words]
         if qs:
             exact = self._use_exact("auto")
@@ -774,6 +777,66 @@ class QdrantStore(MultiVectorStore):
                 ]
             )
         return out
+
+    def _server_rrf(
+        self,
+        qs: list[np.ndarray],
+        words: list[str],
+        k: int,
+        flt: models.Filter | None,
+        depth: int,
+        text_depth: int,
+    ) -> list[list[SearchResult]]:
+        """Reciprocal rank fusion by Qdrant's own fusion query (both sides as prefetches), with
+        the text side alongside to name its ranks and scores; a second request scores the fused
+        pages by MaxSim. Qdrant counts positions from 0, so its RRF k is ours plus one; the
+        visual rank follows from the fused score minus the text side's share."""
+        exact = self._use_exact("auto")
+        requests = []
+        for q, text in zip(qs, words, strict=True):
+            dense = _as_prefetch(self._request(q, depth, flt, exact))
+            sparse = self._text_request(text, text_depth, flt)
+            requests.append(
+                models.QueryRequest(
+                    prefetch=[dense, _as_prefetch(sparse)],
+                    query=models.RrfQuery(rrf=models.Rrf(k=RRF_K + 1)),
+                    limit=k + _TIE_MARGIN,
+                    with_payload=True,
+                    with_vector=False,
+                )
+            )
+            requests.append(sparse)
+        responses = self._retry(
+            "query", lambda: self._client().query_batch_points(self.collection, requests)
+        )
+        fused = [_results(responses[2 * i].points, k) for i in range(len(qs))]
+        texts = [_results(responses[2 * i + 1].points, text_depth) for i in range(len(qs))]
+        scores = self._maxsim_of(qs, fused)
+        return [
+            [_with_components(h, texts[i], scores[i]) for h in fused[i]] for i in range(len(qs))
+        ]
+
+    def _maxsim_of(
+        self, qs: list[np.ndarray], hits: list[list[SearchResult]]
+    ) -> list[dict[str, float]]:
+        """MaxSim of each query against the pages it found (only those pages are scored)."""
+        requests = [
+            models.QueryRequest(
+                query=q.tolist(),
+                using=PAGES,
+                filter=models.Filter(
+                    must=[models.HasIdCondition(has_id=[_point_id(h.page_id) for h in found])]
+                ),
+                limit=max(1, len(found)),
+                with_payload=["page_id"],
+                with_vector=False,
+            )
+            for q, found in zip(qs, hits, strict=True)
+        ]
+        responses = self._retry(
+            "query", lambda: self._client().query_batch_points(self.collection, requests)
+        )
+        return [{(p.payload or {})["page_id"]: float(p.score) for p in r.points} for r in responses]
 
     def _text_request(
         self, text: str, limit: int, flt: models.Filter | None
@@ -966,6 +1029,38 @@ def _doc_record(p: dict[str, Any]) -> DocumentRecord:
         bool(p.get("complete")),
         dict(p.get("metadata") or {}),
     )
+
+
+def _as_prefetch(request: models.QueryRequest) -> models.Prefetch:
+    """A query request as a prefetch of a fusion query."""
+    return models.Prefetch(
+        prefetch=request.prefetch,
+        query=request.query,
+        using=request.using,
+        filter=request.filter,
+        limit=request.limit,
+    )
+
+
+def _with_components(
+    hit: SearchResult, text_hits: list[SearchResult], maxsim: dict[str, float]
+) -> SearchResult:
+    """A fused hit with each side's rank and score: the text side's from its own list, the
+    visual rank from the fused score (``1/(RRF_K + rank)`` per side), its MaxSim from
+    ``maxsim``."""
+    components: dict[str, dict[str, float]] = {}
+    text_rank = next((i for i, t in enumerate(text_hits, start=1) if t.page_id == hit.page_id), 0)
+    visual_share = hit.score
+    if text_rank:
+        components["text"] = {"rank": text_rank, "score": text_hits[text_rank - 1].score}
+        visual_share -= 1.0 / (RRF_K + text_rank)
+    if visual_share > 1e-9:
+        rank = int(round(1.0 / visual_share - RRF_K))
+        components = {
+            "visual": {"rank": rank, "score": maxsim.get(hit.page_id, float("nan"))},
+            **components,
+        }
+    return dataclasses.replace(hit, components=components)
 
 
 def _results(points: list[Any], k: int) -> list[SearchResult]:
