@@ -583,7 +583,7 @@ def rebuild_text_index(conn: sqlite3.Connection) -> None:
 
 
 def build_temp_text_index(conn: sqlite3.Connection) -> None:
-    """A private, in-memory text index of the committed pages, for a reader of a catalog that
+    """A private, temporary text index (temp schema) of the committed pages, for a reader of a catalog that
     has none yet (opened read-only, so it cannot gain one). It shadows the name ``pages_fts``,
     so the same queries run on it."""
     drop_temp_text_index(conn)

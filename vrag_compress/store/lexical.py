@@ -58,7 +58,7 @@ def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
 
 class LexicalIndex:
     """BM25 top-k over a store's text index (or, for a reader of a catalog made before text
-    indexes, over a private in-memory one rebuilt when the store changes)."""
+    indexes, over a private temporary one (SQLite temp schema) rebuilt when the store changes)."""
 
     def __init__(self, ctx: StoreContext):
         self.ctx = ctx
