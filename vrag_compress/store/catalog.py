@@ -583,9 +583,9 @@ def rebuild_text_index(conn: sqlite3.Connection) -> None:
 
 
 def build_temp_text_index(conn: sqlite3.Connection) -> None:
-    """A private, temporary text index (temp schema) of the committed pages, for a reader of a catalog that
-    has none yet (opened read-only, so it cannot gain one). It shadows the name ``pages_fts``,
-    so the same queries run on it."""
+    """A private, temporary text index (temp schema) of the committed pages, for a reader of a
+    catalog that has none yet (opened read-only, so it cannot gain one). It shadows the name
+    ``pages_fts``, so the same queries run on it."""
     drop_temp_text_index(conn)
     conn.execute(
         f"CREATE VIRTUAL TABLE temp.{FTS_TABLE} USING fts5(text, tokenize='{FTS_TOKENIZER}')"
