@@ -159,3 +159,60 @@ def test_pseudo_relevance_grades_the_own_page_and_its_nearest_pages():
     assert _ndcg(ideal, gains) == pytest.approx(1.0)
     worst = -gains
     assert _ndcg(worst, gains) < 0.5
+
+
+def _copy(index: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "copy.vrag"
+    shutil.copytree(index, path)
+    return path
+
+
+def _schema(path: Path) -> int:
+    import sqlite3
+
+    from vrag_compress.store import catalog as cat
+
+    conn = sqlite3.connect(path / cat.CATALOG_NAME)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        conn.close()
+    return int(row[0])
+
+
+def test_estimate_reads_an_index_a_writer_holds(tiny_index: Path, tmp_path: Path):
+    from vrag_compress import VisualIndex
+
+    path = _copy(tiny_index, tmp_path)
+    with VisualIndex.open(path):  # as `vrag serve` or `vrag index` would
+        result = runner.invoke(
+            app, ["estimate", str(path), "--ratios", "0.25", "--methods", "random"]
+        )
+    assert result.exit_code == 0, result.output
+    assert "estimated retention" in result.output
+
+
+def test_estimate_leaves_an_old_index_at_its_schema(tiny_index: Path, tmp_path: Path, make_old):
+    path = _copy(tiny_index, tmp_path)
+    make_old(path)
+    result = runner.invoke(app, ["estimate", str(path), "--ratios", "0.25", "--methods", "random"])
+    assert result.exit_code == 0, result.output
+    assert _schema(path) == 1  # read, not upgraded
+
+
+def test_estimate_on_a_newer_index_is_a_clean_error(tiny_index: Path, tmp_path: Path):
+    import sqlite3
+
+    from vrag_compress.store import catalog as cat
+
+    path = _copy(tiny_index, tmp_path)
+    conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(cat.SCHEMA_VERSION + 1),)
+    )
+    cat.seal_meta(conn)
+    conn.close()
+    result = runner.invoke(app, ["estimate", str(path), "--ratios", "0.25", "--methods", "random"])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)  # a message, no traceback
+    assert "newer" in result.output

@@ -340,7 +340,10 @@ def estimate_retention(
     if not path.exists():
         raise EstimateError(f"{path}: no such index, folder or file")
     if VisualIndex.exists(path):
-        with VisualIndex.open(path, model=model, encoder=encoder, device=device) as index:
+        # read-only: an estimate must not wait on a writer nor upgrade an old index
+        with VisualIndex.open(
+            path, model=model, encoder=encoder, device=device, readonly=True
+        ) as index:
             return _estimate_index(index, methods, ratios, sample, seed, neighbours, progress)
     if encoder is None:
         from vrag_compress.defaults import DEFAULT_MODEL

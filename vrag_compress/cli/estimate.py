@@ -86,6 +86,8 @@ def estimate(
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import ModelNotFoundError
     from vrag_compress.estimate import EstimateError, estimate_retention
+    from vrag_compress.index import VisualIndexError
+    from vrag_compress.store import StoreError
 
     ratio_list = parse_ratios(ratios)
     method_list = check_methods(methods)
@@ -102,7 +104,13 @@ def estimate(
             device=device,
             neighbours=neighbours,
         )
-    except (EstimateError, CompressionError, ModelNotFoundError) as exc:
+    except (
+        EstimateError,
+        CompressionError,
+        ModelNotFoundError,
+        VisualIndexError,
+        StoreError,
+    ) as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(1) from exc
     print_estimate(result, target, out)
