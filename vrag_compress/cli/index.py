@@ -423,6 +423,10 @@ def methods(json_out: bool = JsonOpt) -> None:
         return
     for row in rows:
         out.print(f"[bold]{row['name']}[/]  {json.dumps(row['params'])}")
+    out.print(
+        "Methods with a ratio (except pool and adaptive-eos) also take budget=fixed|adaptive, "
+        "e.g. --method uot:budget=adaptive (the same total budget, spread by page content)."
+    )
 
 
 @app.command()
