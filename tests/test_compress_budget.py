@@ -164,3 +164,32 @@ def test_an_index_with_an_adaptive_budget_keeps_the_average_across_add_calls(tmp
     kept = sum(r.vectors.shape[0] for r in records)
     tokens = sum(r.metadata["n_tokens"] for r in records)
     assert len(records) == len(images) and kept / tokens == pytest.approx(0.25, rel=0.05)
+
+
+def test_a_custom_method_without_a_per_page_count_refuses_an_adaptive_budget():
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from vrag_compress import BaseCompressor, CompressedPage
+
+    @dataclass(frozen=True)
+    class FirstTokens(BaseCompressor):  # the documented pattern: a ratio field and _compress
+        name: ClassVar[str] = "first-tokens"
+        ratio: float = 0.5
+
+        def _compress(self, page):
+            kept = np.arange(max(1, int(self.ratio * page.n_tokens)))
+            return CompressedPage(vectors=page.vectors[kept], kept=kept)
+
+    @dataclass(frozen=True)
+    class FirstK(FirstTokens):
+        def _compress_k(self, page, k):
+            kept = np.arange(k)
+            return CompressedPage(vectors=page.vectors[kept], kept=kept)
+
+    pages = corpus(0, 6)
+    assert len(FirstTokens().compress(pages[0]).vectors) == pages[0].n_tokens // 2  # fixed works
+    with pytest.raises(CompressionError, match="must implement _compress_k"):
+        FirstTokens(budget="adaptive")
+    counts = [len(c.vectors) for c in FirstK(budget="adaptive").compress_many(pages)]
+    assert counts == FirstK(budget="adaptive").keep_counts(pages)

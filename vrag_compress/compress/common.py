@@ -177,6 +177,15 @@ class BaseCompressor:
                 f"{self.name} sets its own vector counts; budget='adaptive' applies to methods "
                 "with a keep ratio (sap, uot, random, eos, cluster and their variants)"
             )
+        cls = type(self)
+        if (
+            cls._compress_k is BaseCompressor._compress_k
+            and cls._compress_many is BaseCompressor._compress_many
+        ):
+            raise CompressionError(
+                f"{self.name}: budget='adaptive' gives each page its own vector count, so the "
+                "method must implement _compress_k(page, k) (or _compress_many(pages))"
+            )
         for key in ("budget_floor", "budget_cap"):
             object.__setattr__(self, key, float(getattr(self, key)))
         if self.budget_threshold is not None:
