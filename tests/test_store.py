@@ -404,3 +404,13 @@ def test_open_errors_lock_and_mismatch(tmp_path):
     with LocalStore.open(path) as s, pytest.raises(StoreError, match="cannot change dim"):
         s.add(make_pages(1))
         s.update_config(dim=32)
+
+
+def test_stores_without_fp16_need_the_embedded_backend(tmp_path):
+    with pytest.raises(StoreInputError, match="needs the embedded store"):
+        create_store(store_target(tmp_path, "qdrant"), config_for("embedded-codes"))
+    with pytest.raises(StoreInputError, match="set codes to 4bit or 2bit"):
+        create_store(tmp_path / "s", {**CONFIG, "fp16": False})
+    with create_store(tmp_path / "c", config_for("embedded-codes")) as store:
+        with pytest.raises(StoreError, match="fixed when the store is created"):
+            store.update_config(fp16=True)

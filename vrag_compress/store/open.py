@@ -48,6 +48,12 @@ def create_store(
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
 
+        if isinstance(config, dict) and config.get("fp16", True) is False:
+            raise StoreInputError(
+                f"config fp16=False (vectors kept only as residual codes) needs the embedded "
+                f"store; {target} is a Qdrant store"
+            )
+
         options.setdefault("api_key", api_key_for(target))
         return QdrantStore.create(str(target), config, **options)
     return LocalStore.create(Path(target), config, **options)
