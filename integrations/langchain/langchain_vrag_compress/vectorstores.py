@@ -44,6 +44,8 @@ from langchain_vrag_compress._documents import (
 )
 
 log = logging.getLogger(__name__)
+# LangChain forwards every invoke kwarg; `verbose` is its own and means nothing to a search.
+_IGNORED_KWARGS = frozenset({"verbose"})
 
 ImageInput = str | Path | Image.Image
 
@@ -92,6 +94,13 @@ def embeddings_model_id(embedding: Embeddings) -> str:
     """The model id an index records for a text `Embeddings` (reopening must match it)."""
     name = getattr(embedding, "model", None) or getattr(embedding, "model_name", None)
     return f"langchain-embeddings:{type(embedding).__name__}" + (f":{name}" if name else "")
+
+
+def _reject_unknown(method: str, kwargs: dict[str, Any], accepted: str) -> None:
+    """A misspelled option (``alpah``) is an error, not a silently different search."""
+    unknown = sorted(set(kwargs) - _IGNORED_KWARGS)
+    if unknown:
+        raise TypeError(f"{method} got unknown keyword arguments {unknown}; it takes {accepted}")
 
 
 def _unit_rows(vector: Any, what: str) -> np.ndarray:
@@ -379,6 +388,7 @@ class VragVectorStore(VectorStore):
         fusion, or with ``alpha`` (0 text only .. 1 vectors only) normalised score interpolation;
         ``text_k`` text candidates are fused. Each document's metadata holds
         ``search_components``: the rank and score of each side that found it."""
+        _reject_unknown("hybrid_search", kwargs, "k, filter, alpha, text_k")
         return self._search_text_modes(query, k, filter, "hybrid", alpha, text_k)
 
     def hybrid_search(
@@ -390,6 +400,7 @@ class VragVectorStore(VectorStore):
         self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
         """Top-k entries by BM25 over the stored text alone (no embedding is computed)."""
+        _reject_unknown("text_search", kwargs, "k, filter")
         return self._search_text_modes(query, k, filter, "text", None, None)
 
     def text_search(

@@ -61,6 +61,16 @@ def test_retriever_hybrid_filters_both_sides_and_runs_async(store):
     assert sum("text" in d.metadata["search_components"] for d in docs) <= 1  # text_k=1
 
 
+def test_a_misspelled_search_option_is_an_error_not_ignored(store):
+    with pytest.raises(TypeError, match="alpah"):
+        store.hybrid_search_with_score("ZX-4471", k=3, alpah=0.0)
+    with pytest.raises(TypeError, match="alpha"):
+        store.text_search("budget", alpha=0.5)  # text search fuses nothing
+    hybrid = store.as_retriever(search_type="hybrid", search_kwargs={"k": 3, "text_kk": 1})
+    with pytest.raises(TypeError, match="text_kk"):
+        hybrid.invoke("ZX-4471")
+
+
 def test_unknown_search_type_is_refused(store):
     with pytest.raises(ValueError, match="search_type"):
         store.as_retriever(search_type="bm42")
