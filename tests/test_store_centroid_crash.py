@@ -42,15 +42,25 @@ CHILD = textwrap.dedent(
             return result
         setattr(owner, name, wrapped)
 
-    store = LocalStore.open(path, centroid_min_tokens=-1)
+    def die_before(owner, name):
+        def wrapped(*a, **kw):
+            os.kill(os.getpid(), signal.SIGKILL)
+        setattr(owner, name, wrapped)
+
+    stage = point.startswith("stage_")  # a store without fp16 turns its staged rows into codes
+    store = LocalStore.open(path, centroid_min_tokens=-1, codes_min_tokens=100 if stage else 0)
     if point == "train":
         die_after(cand, "train")
         store.optimize()
     elif point == "assign":
         die_after(cand.CandidateIndex, "append")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
-    elif point == "first_add":  # a store without fp16 vectors trains in its first write
+    elif point == "stage_train":  # codes trained, nothing committed yet
         die_after(cand, "train")
+        store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
+    elif point == "stage_commit":  # codes committed, staged segment files not yet unlinked
+        from vrag_compress.store.centroid_index import CentroidIndexes
+        die_before(CentroidIndexes, "_unlink_segments")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "merge":
         store.delete(page_ids=["p0001", "p0002"])
@@ -108,19 +118,36 @@ def test_kill_during_index_work_leaves_a_consistent_store(store_path, point):
         assert "new0" not in store.page_ids()
 
 
-def test_kill_during_the_first_write_of_a_store_without_fp16(tmp_path):
-    """The first write trains the codes inside its transaction: killed there, nothing commits."""
+@pytest.mark.parametrize("point", ["stage_train", "stage_commit"])
+def test_kill_while_staged_rows_become_codes(tmp_path, point):
+    """A store without fp16 vectors keeps fp16 rows until it holds enough vectors, then trains
+    its codes and drops the rows in one commit: killed before it, the rows are intact; killed
+    after it (before the files are unlinked), the codes serve and the files are orphans."""
     path = tmp_path / "codes.vrag"
-    LocalStore.create(path, {**CONFIG, "codes": "2bit", "fp16": False}, **OPTIONS).close()
+    with LocalStore.create(path, {**CONFIG, "codes": "2bit", "fp16": False}, **OPTIONS) as store:
+        store.add([PageRecord(f"p{i:04d}", "d", 1, vectors(i)) for i in range(20)])
+        assert store.index_info() is None  # 240 vectors: staged as fp16 rows
     run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), "first_add"],
+        [sys.executable, "-c", CHILD, str(path), point],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == -9, run.stdout + run.stderr
-    with LocalStore.open(path, **OPTIONS) as store:
-        assert store.verify().ok and store.count() == 0 and store.index_info() is None
-        assert not any((path / INDEX_DIR).iterdir())  # the uncommitted files were removed
-        store.add([PageRecord("a", "d", 1, vectors(7))])
-        assert store.search(vectors(7)[:3], k=1)[0].page_id == "a"
+    committed = point == "stage_commit"
+    with LocalStore.open(path, **OPTIONS) as store:  # the writer open removes orphans
+        report = store.verify()
+        assert report.ok and not report.notes, report.problems + report.notes
+        assert store.count() == (25 if committed else 20)
+        assert (store.index_info() is not None) == committed
+        assert bool(list((path / "segments").iterdir())) != committed
+        manifest = store._centroids.manifest_now()
+        on_disk = {p.name for p in (path / INDEX_DIR).iterdir()}
+        assert on_disk == (manifest_files(manifest) if committed else set())
+        kept = store.get(["p0007"])[0].vectors
+        if not committed:  # still the exact fp16 rows
+            assert np.array_equal(kept, vectors(7).astype(np.float16).astype(np.float32))
+        assert store.search(vectors(7)[:6], k=1)[0].page_id == "p0007"
+        store.add([PageRecord("a", "d", 1, vectors(77))])
+        assert store.search(vectors(77)[:3], k=1)[0].page_id == "a"
+        assert store.verify().ok

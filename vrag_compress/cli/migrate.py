@@ -1,7 +1,9 @@
 """`vrag migrate SRC DST`: copy an index's vectors between the embedded store and Qdrant.
 
 No re-encoding: the stored compressed vectors, payloads and document rows are copied, then the
-same exact searches run on both stores and must agree before the command reports success.
+same exact searches run on both stores and must agree before the command reports success. A
+source without fp16 vectors is copied as its decoded vectors, kept in full by the destination
+(``fp16`` true, no codes) unless ``--keep-codes`` asks for its codes-only layout.
 """
 
 from __future__ import annotations
@@ -54,11 +56,18 @@ def migrate(
         help="After a verified copy to a URL, point this index folder "
         "(images, layouts) at DST so `VisualIndex.open` / `vrag search` use it.",
     ),
+    keep_codes: bool = typer.Option(
+        False,
+        "--keep-codes",
+        help="A source without fp16 vectors: give an embedded DST the same codes-only layout "
+        "(trained again on the decoded vectors, so it answers a little differently and the "
+        "check may fail) instead of keeping the decoded vectors in full.",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
 ) -> None:
     """Copy SRC's pages and documents into a new store DST, then compare search results."""
     from vrag_compress.store import StoreError
-    from vrag_compress.store.migrate import compare_stores, copy_store
+    from vrag_compress.store.migrate import compare_stores, copy_store, destination_config
     from vrag_compress.store.open import create_store, is_store_url, open_store
 
     if repoint is not None and not is_store_url(dst):
@@ -66,7 +75,8 @@ def migrate(
     options = {"candidate": candidate} if is_store_url(dst) else {}
     try:
         with open_store(resolve_target(src), readonly=True) as source:
-            with create_store(dst, source.config, **options) as target:
+            config = destination_config(source.config, keep_codes=keep_codes)
+            with create_store(dst, config, **options) as target:
                 total = source.count()
                 with _progress() as bar:
                     task = bar.add_task("copying pages", total=total)

@@ -164,17 +164,11 @@ class CentroidIndexes:
     ) -> None:
         """Inside the writer's transaction: assign new pages to the existing centroids."""
         manifest = self.manifest(conn)
-        if not page_ids or (manifest is None and self.ctx.fp16):
+        if not page_ids or manifest is None:  # no index yet (without fp16: the pages are staged)
             return
         pid_of = dict(cat.pages_by_id(conn, page_ids, "page_id, pid"))
         pids = np.array([pid_of[p] for p in page_ids], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
-        if manifest is None:  # no fp16 rows: the codes are the only copy, so train right now
-            first = cand.train(
-                self.ctx.root, pids, bounds, np.concatenate(vectors), codes=self.ctx.codes
-            )
-            cat.write_meta(conn, META_KEY, first)
-            return
         index = self._open(manifest)
         assert index is not None
         appended = cand.CandidateIndex.open(
@@ -223,6 +217,7 @@ class CentroidIndexes:
         if int(snap.bounds[-1]) == 0:
             return
         groups: list[str] = []
+        dropped: dict[int, int] = {}
 
         def reserve(group: str) -> None:
             with self._gc:
@@ -245,10 +240,40 @@ class CentroidIndexes:
                 if len(new):  # written while we trained: assigned to the new centroids
                     manifest = self._append_from_catalog(conn, index, new)
                 cat.write_meta(conn, META_KEY, manifest)
+                dropped = {} if self.ctx.fp16 else self._drop_staged(conn)
         finally:
             with self._gc:
                 self._reserved.difference_update(groups)
+        self._unlink_segments(dropped)
         self.remove_orphans()
+
+    @staticmethod
+    def _drop_staged(conn: sqlite3.Connection) -> dict[int, int]:
+        """Inside the training's commit of a store without fp16 vectors: every page now lives
+        as codes only (its row points at no segment) and the staged fp16 segments leave the
+        catalog; returns them, for unlinking once the commit is durable."""
+        staged = [r for r in cat.pages_to_copy(conn) if r[7] != seg.NO_SEGMENT]
+        segs = cat.segment_rows(conn)
+        if not staged and not segs:
+            return {}
+        updates = []
+        for pid, page_id, doc_id, page_no, meta, image_ref, text, _, _, n, vcrc in staged:
+            crc = cat.page_row_crc(
+                page_id, doc_id, page_no, meta, image_ref, text, seg.NO_SEGMENT, 0, n, vcrc
+            )
+            updates.append((seg.NO_SEGMENT, 0, crc, pid))
+        cat.move_pages(conn, updates)
+        cat.replace_segments(conn, [])
+        return segs
+
+    def _unlink_segments(self, segs: dict[int, int]) -> None:
+        """After the commit: remove segment files no page points at any more (a crash before
+        this leaves orphans, which the next writer's open removes)."""
+        for seg_id in segs:
+            self.ctx.segment_path(seg_id).unlink(missing_ok=True)
+            self.ctx.maps.drop(seg_id)
+        if segs:
+            seg.fsync_dir(self.ctx.root / seg.SEGMENT_DIR)
 
     def _append_from_catalog(
         self, conn: sqlite3.Connection, index: cand.CandidateIndex, pids: np.ndarray

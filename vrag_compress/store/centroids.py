@@ -78,6 +78,13 @@ def code_dtype(k: int) -> np.dtype:
     return np.dtype("<u2") if k <= 65536 else np.dtype("<i4")
 
 
+def code_bytes_per_token(dim: int, codes: str) -> int:
+    """Bytes one token takes as codes: its centroid id (uint16) plus ``dim`` residuals at
+    4 or 2 bits ("none": the id only)."""
+    nbits = {"4bit": 4, "2bit": 2}.get(codes, 0)
+    return code_dtype(MAX_K).itemsize + dim * nbits // 8
+
+
 def _normalise(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
@@ -300,10 +307,12 @@ class ResidualCodec:
         return out
 
     def decode(self, packed: np.ndarray, codes: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-        """Approximate tokens ``[T, D]`` float32: centroid plus each dimension's bucket mean."""
+        """Approximate tokens ``[T, D]`` float32: centroid plus each dimension's bucket mean,
+        rounded to fp16 like stored vectors (so a copy into an fp16 store scores the same)."""
         buckets = _unpack(np.asarray(packed), self.nbits, self.cutoffs.shape[0])
         dims = np.arange(self.cutoffs.shape[0])
-        return centroids[codes.astype(np.int64)] + self.weights[dims, buckets]
+        out = centroids[codes.astype(np.int64)] + self.weights[dims, buckets]
+        return out.astype(np.float16).astype(np.float32)
 
 
 def code_roundtrip(tokens: np.ndarray, codes: str, *, seed: int = 0) -> tuple[np.ndarray, float]:

@@ -35,6 +35,10 @@ class StoreOptions:
     # holds this many vectors (0 or less: only by `optimize`); probes and rerank depth follow
     # the collection size unless fixed here
     centroid_min_tokens: int = 500_000
+    # a store without fp16 vectors keeps its pages as fp16 rows ("staged") until it holds this
+    # many vectors, then trains its codes on all of them and drops the rows (0 or less: only
+    # `optimize` trains); 65,536 = 64 tokens per cell of the smallest K (1,024)
+    codes_min_tokens: int = 65_536
     centroid_nprobe: int | None = None
     rerank_depth: int | None = None
     # where centroid scores and exact MaxSim run: "auto" (a CUDA GPU through torch when one is

@@ -17,6 +17,7 @@ from typing import TypeVar
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError, StoreError, VerifyReport
+from vrag_compress.store.centroids import code_bytes_per_token
 from vrag_compress.store.context import StoreContext
 
 T = TypeVar("T")
@@ -166,9 +167,11 @@ def _check_pages(
         "dead_bytes": cat.dead_vectors(conn) * ctx.row_bytes,
     }
     prev_end: dict[int, int] = {}
+    coded_bytes = code_bytes_per_token(ctx.dim, ctx.codes)
     for row in cat.pages_for_check(conn):
         stats["pages"] += 1
-        stats["live_bytes"] += row[8] * ctx.row_bytes
+        # the bytes actually kept: fp16 rows, or (no fp16 vectors) centroid id + residual codes
+        stats["live_bytes"] += row[8] * (coded_bytes if row[6] == seg.NO_SEGMENT else ctx.row_bytes)
         _check_page_row(ctx, row, seg_rows, usable, prev_end, problems, full)
     return stats
 

@@ -52,6 +52,7 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.store.centroid_index import CentroidIndexes, recall_sample_size
 from vrag_compress.store.centroids import CODES
+from vrag_compress.store.centroids import needs_retrain as cz_needs_retrain
 from vrag_compress.store.context import StoreContext, StoreOptions
 from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
@@ -439,10 +440,15 @@ class LocalStore(MultiVectorStore):
 
     # ----------------------------------------------------------------- candidate index
 
-    def optimize(self, *, codes: str | None = None) -> dict[str, Any]:
+    def optimize(self, *, codes: str | None = None, retrain: bool = False) -> dict[str, Any]:
         """Compact, then (re)train the centroid-code candidate index on every live page and
         return its description. ``codes`` ("none", "4bit", "2bit") changes the residual codes
-        kept per token (recorded in the config). Readers keep searching meanwhile."""
+        kept per token (recorded in the config). Readers keep searching meanwhile.
+
+        A store without fp16 vectors trains its codes here if it has none yet (on the staged
+        fp16 rows); once trained, its only copy is the codes, and retraining would re-encode
+        decoded vectors (a little loss each time), so it only compacts unless the 4× growth
+        rule is due, ``codes`` changes, or ``retrain`` asks for it (with a warning)."""
         if codes is not None:
             if codes not in CODES:
                 raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
@@ -450,12 +456,28 @@ class LocalStore(MultiVectorStore):
                 check_layout({**self._meta["config"], "codes": codes})
             except StoreInputError as exc:
                 raise StoreError(f"{self.root}: {exc}") from None
+            retrain = retrain or codes != self._codes()
             self.update_config(codes=codes)
         self._centroids.wait()
         self.compact()
         self.rebuild_text_index()
+        if self._codes_only_trained():
+            with self._ctx.catalog.read() as conn:
+                n_tokens = cat.live_vectors(conn)
+            manifest = self._centroids.manifest_now() or {}
+            if not (retrain or cz_needs_retrain(int(manifest["trained_tokens"]), n_tokens)):
+                return self.index_info() or {}
+            log.warning(
+                "%s keeps no fp16 vectors: retraining re-encodes the decoded codes, which loses "
+                "a little precision each time",
+                self.root,
+            )
         self._centroids.train(self._snapshots.current(), self._codes())
         return self.index_info() or {}
+
+    def _codes_only_trained(self) -> bool:
+        """A store without fp16 vectors whose codes exist (its only copy of the vectors)."""
+        return not self._ctx.fp16 and self._centroids.manifest_now() is not None
 
     def index_info(self, *, measure_recall: bool = False) -> dict[str, Any] | None:
         """The candidate index's parameters and size (None without one); with
@@ -489,10 +511,22 @@ class LocalStore(MultiVectorStore):
         return str(self._meta["config"].get("codes", "none"))
 
     def _train_if_due(self) -> None:
-        """Start a background (re)training when the collection crossed the stated threshold."""
-        if self.options.centroid_min_tokens <= 0:
-            return
+        """Start a background (re)training when the collection crossed the stated threshold;
+        a store without fp16 vectors trains its first codes here (in the foreground) once its
+        staged rows reach ``codes_min_tokens``."""
         with self._ctx.catalog.read() as conn:
             n_tokens = cat.live_vectors(conn)
+        if not self._ctx.fp16 and self._centroids.manifest_now() is None:
+            if 0 < self.options.codes_min_tokens <= n_tokens:
+                self._centroids.train(self._snapshots.current(), self._codes())
+            return
+        if self.options.centroid_min_tokens <= 0:
+            return
         if self._centroids.wants_training(n_tokens):
+            if not self._ctx.fp16:
+                log.warning(
+                    "%s keeps no fp16 vectors: the automatic retrain (4x growth) re-encodes the "
+                    "decoded codes",
+                    self.root,
+                )
             self._centroids.train_in_background(self._snapshots.current, self._codes())

@@ -1,6 +1,7 @@
 """Copy a store into another backend (embedded <-> Qdrant) without re-encoding, and check it.
 
-The copy moves the stored (compressed, fp16) vectors, payloads and document rows as they are;
+The copy moves the stored (compressed, fp16) vectors, payloads and document rows as they are (a
+store without fp16 vectors gives its decoded codes, which the destination keeps as full vectors);
 the check runs the same exact searches on both stores and compares ranked ids and scores, so a
 migration is only trusted when the two stores answer alike.
 """
@@ -34,6 +35,17 @@ class MigrationCheck:
         return (
             self.pages_src == self.pages_dst and self.documents_equal and not self.rank_mismatches
         )
+
+
+def destination_config(config: dict[str, Any], *, keep_codes: bool = False) -> dict[str, Any]:
+    """The config a migration creates its destination with. A source without fp16 vectors
+    hands out decoded vectors (fp16-rounded); the destination keeps those as full vectors
+    (``fp16`` true, no codes), since encoding them again would lose more precision and
+    answer differently. ``keep_codes`` keeps the source's layout (an embedded destination
+    then trains its own codes on the decoded vectors: its answers drift from the source's)."""
+    if keep_codes or config.get("fp16", True) is not False:
+        return dict(config)
+    return {**config, "fp16": True, "codes": "none"}
 
 
 def copy_store(

@@ -319,8 +319,10 @@ class QdrantStore(MultiVectorStore):
     ) -> QdrantStore:
         """A new collection (and its sidecar) recording ``config``; an existing one is an error.
 
-        ``candidate`` picks the prefetch field: "mean", "binary" or "none" (always exact)."""
-        config = check_config(config)
+        ``candidate`` picks the prefetch field: "mean", "binary" or "none" (always exact).
+        The collection keeps full (fp16-rounded) vectors and no residual codes, so ``fp16`` and
+        ``codes`` of the given config are not recorded (they would describe vectors it lacks)."""
+        config = _layout_free(check_config(config))
         if candidate not in CANDIDATES:
             raise StoreInputError(f"candidate must be one of {CANDIDATES}, got {candidate!r}")
         loc = _location(location, api_key)
@@ -408,7 +410,7 @@ class QdrantStore(MultiVectorStore):
     def update_config(self, **changes: Any) -> None:
         """Merge ``changes`` into the stored config (``dim`` cannot change)."""
         self._writable()
-        new = check_config({**self._meta["config"], **changes})
+        new = _layout_free(check_config({**self._meta["config"], **changes}))
         if new["dim"] != self.dim:
             raise StoreError(
                 f"cannot change dim of {self.root} from {self.dim}: the collection's vector size "
@@ -1077,3 +1079,8 @@ def _results(points: list[Any], k: int) -> list[SearchResult]:
         for p in points
     ]
     return sorted(hits, key=lambda h: (-h.score, h.page_id))[:k]
+
+
+def _layout_free(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without ``fp16``/``codes``: a collection holds full vectors, never codes."""
+    return {k: v for k, v in config.items() if k not in ("fp16", "codes")}

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vrag_compress.store import catalog as cat
+from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreError
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.maxsim import gather_pages
@@ -78,7 +79,8 @@ class Snapshots:
             pids, seg_ids, offsets, lengths = info.T
             bounds = np.zeros(len(pids) + 1, dtype=np.int64)
             np.cumsum(lengths, out=bounds[1:])
-            if self.ctx.fp16 or self.coded is None:
+            coded = not self.ctx.fp16 and bool((seg_ids == seg.NO_SEGMENT).any())
+            if not coded or self.coded is None:  # fp16 rows (also a no-fp16 store's staged ones)
                 tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
             else:
                 tokens = self.coded(conn, pids)

@@ -6,9 +6,12 @@ before the commit leaves only a torn tail past the committed length, which reade
 the next writer truncates. Deletes only touch the catalog (the ranges become tombstones);
 `compact` copies live rows into new segments, commits the new locations, then unlinks old files.
 
-A store created without fp16 vectors (config ``fp16: false``) writes no segment rows: its pages
-point at ``NO_SEGMENT`` and their vectors live only as centroid + residual codes in the
-candidate index, which the same transaction commits (the first write trains it).
+A store created without fp16 vectors (config ``fp16: false``) keeps its first pages as fp16 rows
+("staged") until it holds ``codes_min_tokens`` vectors; then the candidate index is trained on
+them and, in the commit that records it, every page is pointed at ``NO_SEGMENT`` and the staged
+segments leave the catalog (their files are unlinked after the commit). From then on a write
+appends no segment rows: its vectors live only as centroid + residual codes, committed by the
+same transaction.
 """
 
 from __future__ import annotations
@@ -124,7 +127,8 @@ class PageWriter:
         vectors: list[np.ndarray],
         metas: list[str],
     ) -> None:
-        if self.ctx.fp16:
+        staged = self.ctx.fp16 or self.centroids is None or self.centroids.manifest(conn) is None
+        if staged:  # fp16 rows (without fp16 vectors: staged until the codes are trained)
             blob = np.concatenate(vectors, axis=0)
             seg_id, offset = self._active_segment(conn, blob.nbytes)
             seg.append(self.ctx.segment_path(seg_id), offset * self.ctx.row_bytes, blob.data)
@@ -145,9 +149,9 @@ class PageWriter:
                 seg.vectors_crc(vec),
             )
             rows.append((*fields, cat.page_row_crc(*fields)))
-            offset += len(vec) if self.ctx.fp16 else 0
+            offset += len(vec) if staged else 0
         cat.insert_pages(conn, rows)
-        if self.ctx.fp16:
+        if staged:
             cat.set_segment_rows(conn, seg_id, offset)
 
     def _active_segment(self, conn: sqlite3.Connection, nbytes: int) -> tuple[int, int]:
