@@ -33,7 +33,8 @@ def records(n: int) -> list[PageRecord]:
 
 def mean_cosine(store: LocalStore, recs: list[PageRecord]) -> float:
     got = store.get([r.page_id for r in recs])
-    return float(np.mean([np.sum(g.vectors * r.vectors, axis=1).mean() for g, r in zip(got, recs)]))
+    pairs = zip(got, recs, strict=True)
+    return float(np.mean([np.sum(g.vectors * r.vectors, axis=1).mean() for g, r in pairs]))
 
 
 def segment_files(path) -> list:
@@ -64,7 +65,6 @@ def test_codes_are_trained_on_enough_staged_rows_not_the_first_small_write(tmp_p
         whole.add(recs)
         whole.optimize()  # trained on every page at once
         reference = mean_cosine(whole, recs[:8])
-    print("batched", batched, "reference", reference)
     assert batched > 0.95 and abs(batched - reference) < 0.01
     with LocalStore.open(path) as store:  # reopened: codes only, same answers
         assert store.verify().ok and abs(mean_cosine(store, recs[:8]) - batched) < 1e-6
@@ -79,7 +79,7 @@ def test_optimize_of_a_codes_only_store_does_not_requantise(tmp_path, caplog):
         for _ in range(3):
             assert store.optimize()["trained_tokens"] == first["trained_tokens"]
         after = [r.vectors for r in store.get([r.page_id for r in recs])]
-        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+        assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
         with caplog.at_level(logging.WARNING):
             store.optimize(retrain=True)  # asked for: re-encodes the decoded vectors
         assert "re-encodes" in caplog.text
