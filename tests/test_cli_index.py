@@ -131,7 +131,8 @@ def test_info_verify_show_delete(cli_index: Path, tmp_path: Path):
 
 
 def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
-    """`--codes 2bit --no-fp16` keeps no fp16 rows: search, verify and info work on the codes."""
+    """`--codes 2bit --no-fp16` keeps no fp16 rows once its codes are trained: search, verify
+    and info work on the codes."""
     folder = tmp_path / "docs"
     folder.mkdir()
     shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi.pdf")
@@ -140,7 +141,11 @@ def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
     assert run(*base, "--no-fp16")[0] == 2  # codes none cannot rerank without fp16
     code, stdout = run(*base, "--codes", "2bit", "--no-fp16")
     assert code == 0, stdout
-    assert not any((path / "segments").iterdir())  # no fp16 rows were written
+    # far fewer vectors than codes_min_tokens: kept as staged fp16 rows, no codes trained yet
+    assert any((path / "segments").iterdir())
+    assert json.loads(run("info", path, "--json")[1])["candidate_index"] is None
+    assert run("optimize", path, "--json")[0] == 0  # trains the codes now, on every page
+    assert not any((path / "segments").iterdir())  # the staged rows are gone
     code, stdout = run("info", path, "--json")
     info = json.loads(stdout)
     assert info["pages"] >= 2 and info["candidate_index"]["codes"] == "2bit"

@@ -481,13 +481,14 @@ class VisualIndex:
             ),
         }
 
-    def optimize(self, *, codes: str | None = None) -> dict[str, Any]:
-        """Compact the store and (re)train its candidate index; returns the index's parameters."""
+    def optimize(self, *, codes: str | None = None, retrain: bool = False) -> dict[str, Any]:
+        """Compact the store and (re)train its candidate index; returns the index's parameters
+        (``retrain``: see `LocalStore.optimize`, for stores without fp16 vectors)."""
         if not isinstance(self.store, OptimizableStore):
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        details = self.store.optimize(codes=codes)
+        details = self.store.optimize(codes=codes, retrain=retrain)
         self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
         return details
 

@@ -177,7 +177,8 @@ def index(
         True,
         "--fp16/--no-fp16",
         help="--no-fp16 keeps only the --codes (4bit or 2bit), no fp16 vectors: a smaller "
-        "index whose searches rerank decoded vectors (new embedded index only).",
+        "index whose searches rerank decoded vectors (new embedded index only; the first "
+        "65,536 vectors stay fp16 until the codes are trained on them, or `vrag optimize`).",
     ),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -615,9 +616,18 @@ def optimize(
         help="Residual codes kept per vector by the candidate index: none, 4bit or 2bit "
         "[default: keep the index's setting].",
     ),
+    retrain: bool = typer.Option(
+        False,
+        "--retrain",
+        help="Retrain the codes of an index without fp16 vectors even when its size does not "
+        "call for it (re-encodes decoded vectors: a little precision is lost each time).",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Compact an index and retrain its centroid candidate index (searches keep working)."""
+    """Compact an index and retrain its centroid candidate index (searches keep working).
+
+    An index without fp16 vectors only compacts once its codes exist, unless it grew 4× since
+    they were trained, --codes changes or --retrain asks."""
     if codes is not None and codes not in ("none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
     from vrag_compress.index import VisualIndexError
@@ -625,7 +635,7 @@ def optimize(
 
     with open_index(index_dir) as vindex:
         try:
-            details = vindex.optimize(codes=codes)
+            details = vindex.optimize(codes=codes, retrain=retrain)
         except (VisualIndexError, StoreError) as error:
             fail(str(error))
     if json_out:

@@ -17,10 +17,10 @@ in the same transaction as the pages it describes, after the files it names were
 Pages that no index part covers (written by an older version, or while no index existed) are
 always reranked, so the index never hides a page.
 
-In a store without fp16 vectors the index is the only copy of the vectors: the first write
-trains it on its own pages (synchronously, in its transaction), searches and `get` decode the
-residual codes, and a retrain re-encodes decoded vectors (so a first batch of representative
-size gives the best codes).
+In a store without fp16 vectors the index becomes the only copy of the vectors: pages stay
+staged as fp16 rows until the store holds ``codes_min_tokens`` vectors, then `train` encodes
+them all and its commit drops the staged rows; from then on searches and `get` decode the
+residual codes, and a retrain re-encodes decoded vectors (so it is done only when due).
 """
 
 from __future__ import annotations
