@@ -92,8 +92,11 @@ def test_verify_reports_the_bytes_a_codes_only_store_keeps(tmp_path):
         staged = store.verify().live_bytes
         store.optimize()
         coded = store.verify().live_bytes
+        store.delete(page_ids=["p0000", "p0001"])  # 100 vectors, kept as codes until compact
+        dead = store.verify().dead_bytes
     assert staged == 1_000 * DIM * 2  # fp16 rows while staged
     assert coded == 1_000 * (2 + DIM * 2 // 8)  # centroid id + 2-bit residuals
+    assert dead == 100 * (2 + DIM * 2 // 8)
 
 
 HAS_QDRANT = importlib.util.find_spec("qdrant_client") is not None
@@ -122,3 +125,43 @@ def test_migrating_a_codes_only_store_keeps_its_decoded_vectors(tmp_path, target
             assert copy.config.get("codes", "none") == "none"
     assert check.ok, check.rank_mismatches[:2]
     assert check.max_score_diff < 1e-4
+
+
+@pytest.mark.skipif(not HAS_QDRANT, reason="no qdrant-client")
+def test_a_qdrant_collection_records_no_codes_it_does_not_keep(tmp_path):
+    from vrag_compress.store.qdrant import QdrantStore
+
+    url = f"qdrant+local://{tmp_path / 'q'}?collection=c"
+    with QdrantStore.create(url, {"dim": DIM, "model_id": "t", "codes": "4bit"}) as store:
+        assert "codes" not in store.config and "fp16" not in store.config
+        store.update_config(codes="2bit")
+        assert "codes" not in store.config
+    with QdrantStore.open(url, readonly=True) as store:
+        assert "codes" not in store.config
+
+
+def test_a_failed_training_of_staged_rows_keeps_them_and_retries(tmp_path, monkeypatch, caplog):
+    """The add's pages are committed before the codes train: a training error is logged, the
+    pages stay staged (fp16, searchable) and the next write trains again."""
+    from vrag_compress.store import candidates as cand
+
+    real = cand.train
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("k-means ran out of memory")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cand, "train", flaky)
+    recs = records(30)
+    with LocalStore.create(tmp_path / "s", CODES, codes_min_tokens=1_000) as store:
+        with caplog.at_level(logging.WARNING):
+            store.add(recs[:25])  # 1,250 vectors: training due, and it fails
+        assert "k-means ran out of memory" in caplog.text
+        assert store.count() == 25 and store.index_info() is None and store.verify().ok
+        assert store.search(recs[4].vectors[:8], k=1)[0].page_id == "p0004"
+        store.add(recs[25:])
+        assert store.index_info() is not None and store.verify().ok
+        assert store.search(recs[4].vectors[:8], k=1)[0].page_id == "p0004"

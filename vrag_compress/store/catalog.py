@@ -389,6 +389,12 @@ def dead_vectors(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(sum(n_vectors), 0) FROM tombstones").fetchone()[0])
 
 
+def dead_coded_vectors(conn: sqlite3.Connection) -> int:
+    """Deleted vectors that were kept only as codes (no segment rows), awaiting a compact."""
+    sql = "SELECT coalesce(sum(n_vectors), 0) FROM tombstones WHERE segment_id = -1"
+    return int(conn.execute(sql).fetchone()[0])
+
+
 # ----------------------------------------------------------------------------- pages
 
 

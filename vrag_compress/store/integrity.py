@@ -164,10 +164,12 @@ def _check_pages(
         "pages": 0,
         "segments": len(seg_rows),
         "live_bytes": 0,
-        "dead_bytes": cat.dead_vectors(conn) * ctx.row_bytes,
     }
-    prev_end: dict[int, int] = {}
     coded_bytes = code_bytes_per_token(ctx.dim, ctx.codes)
+    dead_coded = cat.dead_coded_vectors(conn)
+    dead_rows = cat.dead_vectors(conn) - dead_coded
+    stats["dead_bytes"] = dead_rows * ctx.row_bytes + dead_coded * coded_bytes
+    prev_end: dict[int, int] = {}
     for row in cat.pages_for_check(conn):
         stats["pages"] += 1
         # the bytes actually kept: fp16 rows, or (no fp16 vectors) centroid id + residual codes

@@ -518,7 +518,11 @@ class LocalStore(MultiVectorStore):
             n_tokens = cat.live_vectors(conn)
         if not self._ctx.fp16 and self._centroids.manifest_now() is None:
             if 0 < self.options.codes_min_tokens <= n_tokens:
-                self._centroids.train(self._snapshots.current(), self._codes())
+                try:
+                    self._centroids.train(self._snapshots.current(), self._codes())
+                except Exception as exc:  # the pages committed, staged; the next write retries
+                    self._centroids.last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("training the codes of %s failed: %s", self.root, exc)
             return
         if self.options.centroid_min_tokens <= 0:
             return
