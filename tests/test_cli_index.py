@@ -143,11 +143,13 @@ def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
     assert code == 0, stdout
     # far fewer vectors than codes_min_tokens: kept as staged fp16 rows, no codes trained yet
     assert any((path / "segments").iterdir())
-    assert json.loads(run("info", path, "--json")[1])["candidate_index"] is None
+    staged = json.loads(run("info", path, "--json")[1])
+    assert staged["candidate_index"] is None and staged["staged_vectors"] > 0
     assert run("optimize", path, "--json")[0] == 0  # trains the codes now, on every page
     assert not any((path / "segments").iterdir())  # the staged rows are gone
     code, stdout = run("info", path, "--json")
     info = json.loads(stdout)
+    assert info["staged_vectors"] == 0
     assert info["pages"] >= 2 and info["candidate_index"]["codes"] == "2bit"
     assert info["candidate_index"]["bytes_per_page"] > 0
     code, stdout = run("search", path, "page", "--json")

@@ -51,12 +51,14 @@ def test_codes_are_trained_on_enough_staged_rows_not_the_first_small_write(tmp_p
         for i in range(0, 96, 4):  # 4,800 vectors: below the minimum
             store.add(recs[i : i + 4])
         assert store.index_info() is None and segment_files(path)
+        assert store.staged_vectors() == 96 * 50
         assert mean_cosine(store, recs[:8]) > 0.9999  # staged fp16 rows, not codes
         assert store.search(recs[3].vectors[:8], k=1)[0].page_id == "p0003"
         for i in range(96, 160, 4):
             store.add(recs[i : i + 4])
         info = store.index_info()
         assert info is not None and info["trained_tokens"] >= 5_000
+        assert store.staged_vectors() == 0
         assert segment_files(path) == []  # the staged rows were dropped after the commit
         report = store.verify()
         assert report.ok and report.segments == 0, report.problems

@@ -479,6 +479,8 @@ class VisualIndex:
                 if isinstance(store, OptimizableStore)
                 else None
             ),
+            # an index without fp16 vectors keeps fp16 rows until its codes are trained
+            "staged_vectors": store.staged_vectors() if isinstance(store, LocalStore) else 0,
         }
 
     def optimize(self, *, codes: str | None = None, retrain: bool = False) -> dict[str, Any]:

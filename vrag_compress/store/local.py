@@ -490,6 +490,17 @@ class LocalStore(MultiVectorStore):
             info.update(self._measure_recall(n_pages))
         return info
 
+    def staged_vectors(self) -> int:
+        """Vectors a store without fp16 vectors still keeps as fp16 rows because its codes are
+        not trained yet (see `StoreOptions.codes_min_tokens`); 0 once they are, and always 0
+        in a store with fp16 vectors."""
+        if self._ctx.fp16:
+            return 0
+        with self._ctx.catalog.read() as conn:
+            if self._centroids.manifest(conn) is not None:
+                return 0
+            return cat.live_vectors(conn)
+
     def wait_for_index(self, timeout: float | None = None) -> None:
         """Block until a background training started by `add`/`upsert` has committed."""
         self._centroids.wait(timeout)
