@@ -178,7 +178,7 @@ def test_open_and_verify_during_writes_never_report_damage(store_path):
         ("config", "model_id", "modeL_id"),
         ("config", "sap", "sip"),
         ("next_segment_id", "2", "1"),
-        ("schema_version", "2", "3"),
+        ("schema_version", str(cat.SCHEMA_VERSION), str(cat.SCHEMA_VERSION - 1)),
     ],
 )
 def test_one_character_meta_edits_are_detected(store_path, key, old, new):

@@ -338,3 +338,64 @@ def test_a_newer_schema_is_refused_clearly(store_path):
     for readonly in (True, False):
         with pytest.raises(StoreError, match="newer than this vrag_compress"):
             LocalStore.open(store_path, readonly=readonly)
+
+
+# --- compatibility forms: ligatures, full width ------------------------------------------------
+
+COMPAT = {"lig": "the ﬁnancial proﬁle of the ﬂeet", "wide": "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ report"}
+
+
+def make_schema_2(path: Path) -> None:
+    """Turns a store folder into one of schema 2: a text index of the raw page text (triggers
+    without compatibility folding), as vrag_compress wrote before it folded."""
+    raw = [stmt.replace(f"{cat.NFKC_SQL}(new.text)", "new.text") for stmt in cat.FTS_STATEMENTS]
+    raw = [stmt.replace(f"{cat.NFKC_SQL}(old.text)", "old.text") for stmt in raw]
+    conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
+    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE pages_fts")
+    for stmt in raw:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('rebuild')")
+    conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    cat.seal_meta(conn)
+    conn.close()
+
+
+def test_ligatures_and_full_width_text_are_found_by_their_plain_letters(tmp_path):
+    with LocalStore.create(tmp_path / "c.vrag", CONFIG) as store:
+        store.add(pages(COMPAT))
+        for query in ("financial", "PROFILE", "ﬁnancial", "fleet", "fullwidth", "abc"):
+            assert len(text_ids(store, query)) == 1, query
+        assert text_ids(store, '"financial profile"', fts_syntax=True) == ["lig"]
+        hit = store.search(None, 1, mode="text", text="financial")[0]
+        assert hit.text == COMPAT["lig"]  # the page text is kept as given
+        store.delete(page_ids=["lig"])
+        assert text_ids(store, "financial") == [] and store.verify().ok
+
+
+def test_a_schema_2_index_is_read_folded_and_upgraded_consistently(tmp_path):
+    path = tmp_path / "old.vrag"
+    with LocalStore.create(path, CONFIG) as store:
+        store.add(pages(COMPAT))
+    make_schema_2(path)
+    assert schema_of(path) == (2, True)
+    with LocalStore.open(path, readonly=True) as reader:  # cannot rebuild: a private index
+        assert text_ids(reader, "financial") == ["lig"]
+        assert reader.verify().ok
+    assert schema_of(path) == (2, True)
+    with LocalStore.open(path) as store:
+        assert schema_of(path) == (cat.SCHEMA_VERSION, True)
+        assert text_ids(store, "financial") == ["lig"] and store.verify().ok
+        store.add([PageRecord("new", "dn", 1, vec(8), text="ﬁnal ﬁgures")])
+        assert text_ids(store, "final") == ["new"] and store.verify().ok
+        store.rebuild_text_index()
+        assert text_ids(store, "figures") == ["new"] and store.verify().ok
+
+
+def test_the_sparse_terms_fold_as_the_text_index_does():
+    from vrag_compress.store.lexical import sparse_query, terms
+
+    assert terms(COMPAT["wide"]) == ["fullwidth", "abc", "report"]
+    assert terms("ﬁnancial") == ["financial"]
+    assert sparse_query("ﬁnancial") == sparse_query("FINANCIAL")

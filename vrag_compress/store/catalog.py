@@ -13,6 +13,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,10 +29,15 @@ from vrag_compress.store.base import (
 from vrag_compress.version import __version__
 
 # 2: the FTS5 text index of page text (`pages_fts`), kept in step with `pages` by triggers.
-SCHEMA_VERSION = 2
+# 3: the text index holds the NFKC form of the page text ("ﬁ" -> "fi", full width -> ASCII).
+SCHEMA_VERSION = 3
 CATALOG_NAME = "catalog.sqlite"
 
-# Unicode folding, case and diacritics insensitive ("Café" finds "cafe" and "CAFE").
+# Unicode folding, case and diacritics insensitive ("Café" finds "cafe" and "CAFE"). unicode61
+# does no compatibility folding, so the indexed text is NFKC-normalised first (`NFKC_SQL`), as
+# query text is: "financial" finds "ﬁnancial" and "ABC" finds "ＡＢＣ". The page text itself is
+# stored as given.
+NFKC_SQL = "vrag_nfkc"
 FTS_TOKENIZER = "unicode61 remove_diacritics 2"
 FTS_TABLE = "pages_fts"
 
@@ -42,12 +48,14 @@ FTS_STATEMENTS = (
     f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(text, content='pages', content_rowid='pid', "
     f"tokenize='{FTS_TOKENIZER}')",
     f"CREATE TRIGGER pages_fts_insert AFTER INSERT ON pages BEGIN "
-    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, new.text); END",
+    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, {NFKC_SQL}(new.text)); END",
     f"CREATE TRIGGER pages_fts_delete AFTER DELETE ON pages BEGIN "
-    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.pid, old.text); END",
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) "
+    f"VALUES ('delete', old.pid, {NFKC_SQL}(old.text)); END",
     f"CREATE TRIGGER pages_fts_update AFTER UPDATE OF text ON pages BEGIN "
-    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.pid, old.text); "
-    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, new.text); END",
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) "
+    f"VALUES ('delete', old.pid, {NFKC_SQL}(old.text)); "
+    f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, {NFKC_SQL}(new.text)); END",
 )
 
 SCHEMA = """
@@ -102,7 +110,19 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
 
 def _connect(path: Path, mode: str, immutable: bool = False) -> sqlite3.Connection:
     uri = Path(path).absolute().as_uri() + f"?mode={mode}" + ("&immutable=1" if immutable else "")
-    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+    return with_functions(conn)
+
+
+def nfkc(text: str | None) -> str | None:
+    """The compatibility-folded form of ``text`` that the text index holds (and queries use)."""
+    return None if text is None else unicodedata.normalize("NFKC", text)
+
+
+def with_functions(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """``conn`` with the SQL functions the text index triggers call."""
+    conn.create_function(NFKC_SQL, 1, nfkc, deterministic=True)
+    return conn
 
 
 def _has_wal(path: Path) -> bool:
@@ -113,7 +133,7 @@ def _has_wal(path: Path) -> bool:
 
 def create_catalog(path: Path, meta: dict[str, Any]) -> None:
     """Write a fresh catalog in WAL mode with the given meta values (JSON-encoded), checksummed."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = with_functions(sqlite3.connect(path, isolation_level=None))
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.executescript(f"BEGIN; {SCHEMA} COMMIT;")
@@ -574,18 +594,34 @@ def has_text_index(conn: sqlite3.Connection, schema: str = "main") -> bool:
     return row is not None
 
 
+def text_index_folds(conn: sqlite3.Connection) -> bool:
+    """Whether the catalog's text index holds NFKC text (schema 3; before it, the raw text)."""
+    row = conn.execute(
+        "SELECT sql FROM main.sqlite_master WHERE type = 'trigger' AND name = 'pages_fts_insert'"
+    ).fetchone()
+    return row is not None and NFKC_SQL in row[0]
+
+
 def create_text_index(conn: sqlite3.Connection) -> int:
-    """Add the text index and its triggers to a catalog made before them and index every page
-    (inside the caller's write transaction); returns the pages indexed."""
+    """Add the text index and its triggers to a catalog made before them (or replace one that
+    holds unfolded text) and index every page (inside the caller's write transaction); returns
+    the pages indexed."""
+    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    conn.execute(f"DROP TABLE IF EXISTS main.{FTS_TABLE}")
     for stmt in FTS_STATEMENTS:
         conn.execute(stmt)
-    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+    rebuild_text_index(conn)
     return count_pages(conn)
 
 
 def rebuild_text_index(conn: sqlite3.Connection) -> None:
-    """Re-index every page's text from the pages table (inside a write transaction)."""
-    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+    """Re-index every page's text from the pages table (inside a write transaction). FTS5's
+    own ``rebuild`` would index the raw text, so the folded text is inserted here."""
+    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')")
+    conn.execute(
+        f"INSERT INTO {FTS_TABLE}(rowid, text) SELECT pid, {NFKC_SQL}(text) FROM main.pages"
+    )
 
 
 def build_temp_text_index(conn: sqlite3.Connection) -> None:
@@ -597,7 +633,7 @@ def build_temp_text_index(conn: sqlite3.Connection) -> None:
         f"CREATE VIRTUAL TABLE temp.{FTS_TABLE} USING fts5(text, tokenize='{FTS_TOKENIZER}')"
     )
     conn.execute(
-        f"INSERT INTO temp.{FTS_TABLE}(rowid, text) SELECT pid, text FROM main.pages "
+        f"INSERT INTO temp.{FTS_TABLE}(rowid, text) SELECT pid, {NFKC_SQL}(text) FROM main.pages "
         "WHERE text IS NOT NULL"
     )
 
@@ -628,11 +664,14 @@ def text_index_problems(conn: sqlite3.Connection) -> list[str]:
     occurrence counts, and row by row, with each page's token count)."""
     if not has_text_index(conn):
         return []
+    text = f"{NFKC_SQL}(text)" if text_index_folds(conn) else "text"  # schema 2: the raw text
     try:
         conn.execute(
             f"CREATE VIRTUAL TABLE temp.fts_expected USING fts5(text, tokenize='{FTS_TOKENIZER}')"
         )
-        conn.execute("INSERT INTO temp.fts_expected(rowid, text) SELECT pid, text FROM main.pages")
+        conn.execute(
+            f"INSERT INTO temp.fts_expected(rowid, text) SELECT pid, {text} FROM main.pages"
+        )
         conn.execute(f"CREATE VIRTUAL TABLE temp.fts_have USING fts5vocab(main, {FTS_TABLE}, row)")
         conn.execute("CREATE VIRTUAL TABLE temp.fts_want USING fts5vocab(temp, fts_expected, row)")
         terms = sum(

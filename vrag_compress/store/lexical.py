@@ -41,7 +41,7 @@ def query_words(text: str) -> list[str]:
     """The distinct words a plain query searches for, as typed (the first spelling of each
     folded word), without stop words unless it has nothing else."""
     words: dict[str, str] = {}
-    for word in _WORD.findall(text):
+    for word in _WORD.findall(cat.nfkc(text) or ""):
         words.setdefault(fold(word), word)
     content = [w for key, w in words.items() if key not in STOPWORDS]
     return content or list(words.values())
@@ -51,8 +51,8 @@ def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
     """The FTS5 expression for a user query: its words, each quoted, OR-ed (None when it has
     no words); with ``fts_syntax`` the text itself."""
     match_text(text)
-    if fts_syntax:
-        return text if text.strip() else None
+    if fts_syntax:  # folded as the indexed text is ("ﬁnancial" -> "financial")
+        return cat.nfkc(text) if text.strip() else None
     return " OR ".join(f'"{w}"' for w in query_words(text)) or None
 
 
@@ -94,8 +94,9 @@ class LexicalIndex:
         return pids, np.array([r[1] for r in rows], dtype=np.float64)
 
     def _ensure_index(self, conn: sqlite3.Connection) -> None:
-        """Use the catalog's text index; a catalog without one gets a private one here."""
-        if cat.has_text_index(conn):
+        """Use the catalog's text index; a catalog without one, or whose index holds unfolded
+        text (made before schema 3, open read-only here), gets a private one here."""
+        if cat.has_text_index(conn) and cat.text_index_folds(conn):
             if self._temp_generation is not None:
                 cat.drop_temp_text_index(conn)
                 self._temp_generation = None
@@ -114,13 +115,14 @@ SPARSE_AVG_WORDS = 256.0  # the typical page length the length normalisation ass
 
 
 def terms(text: str | None) -> list[str]:
-    """The words of ``text`` folded as the FTS5 tokenizer folds them: case, diacritics and
-    compatibility forms ("Café" -> "cafe", "ﬁ" -> "fi")."""
-    return [fold(w) for w in _WORD.findall(text or "")]
+    """The words of ``text`` as the local text index sees them: NFKC-normalised as the indexed
+    text is ("ﬁ" -> "fi"), then each folded as the FTS5 tokenizer folds ("Café" -> "cafe")."""
+    return [fold(w) for w in _WORD.findall(cat.nfkc(text) or "")]
 
 
 def fold(word: str) -> str:
-    """Lower case without diacritics, as the unicode61 tokenizer folds ("Ünï" -> "uni")."""
+    """Lower case without diacritics, as the unicode61 tokenizer folds ("Ünï" -> "uni"); the
+    compatibility forms are folded before (`catalog.nfkc`), unicode61 does not fold them."""
     decomposed = unicodedata.normalize("NFKD", word)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 

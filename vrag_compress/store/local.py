@@ -258,11 +258,12 @@ class LocalStore(MultiVectorStore):
 
     def _upgrade_schema(self) -> None:
         """Bring a catalog of an older schema up to date (a writer open, one transaction): a
-        store made before text indexes gains its text index of every stored page."""
+        store made before text indexes, or whose text index holds unfolded text (schema 2),
+        gains the text index of every stored page."""
         if self._meta["schema_version"] >= cat.SCHEMA_VERSION:
             return
         with self._ctx.catalog.write() as conn:
-            if not cat.has_text_index(conn):
+            if not cat.has_text_index(conn) or not cat.text_index_folds(conn):
                 n = cat.create_text_index(conn)
                 log.info("%s: built the text index of %d pages (schema upgrade)", self.root, n)
             cat.write_meta(conn, "schema_version", cat.SCHEMA_VERSION)
@@ -423,8 +424,8 @@ class LocalStore(MultiVectorStore):
         """Full check: SQLite integrity, row and vector CRCs, ranges, segment sizes, and the
         candidate index files (present, right shapes, checksums)."""
         report = integrity.verify(self._ctx)
-        try:
-            with self._ctx.catalog.read() as conn:
+        try:  # one snapshot: a writer committing meanwhile cannot look like a mismatch
+            with self._ctx.catalog.snapshot() as conn:
                 extra = self._centroids.verify(conn)
                 extra += [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
         except StoreCorruptError as exc:
