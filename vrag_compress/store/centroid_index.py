@@ -209,7 +209,16 @@ class CentroidIndexes:
             manifest = self.manifest(conn)
         if manifest is None:
             return n_tokens >= self.ctx.options.centroid_min_tokens
-        return cz.needs_retrain(int(manifest["trained_tokens"]), n_tokens)
+        return self.retrain_due(manifest, n_tokens)
+
+    def retrain_due(self, manifest: dict[str, Any], n_tokens: int) -> bool:
+        """The 4× growth (or shrink) rule; a store without fp16 vectors also needs the rule's K
+        to have changed, since its retrain re-encodes decoded vectors (a loss each time) and
+        only a new K is worth that (K stays 1,024 from 32,768 to about 2 million tokens)."""
+        due = cz.needs_retrain(int(manifest["trained_tokens"]), n_tokens)
+        if self.ctx.fp16 or not due:
+            return due
+        return cz.choose_k(n_tokens) != int(manifest["k"])
 
     def train(self, snap: Any, codes: str, *, seed: int = 0) -> None:
         """Train on ``snap`` (slow, no lock held), then commit: pages written meanwhile are
@@ -374,8 +383,24 @@ class CentroidIndexes:
             "tail_parts": len(m["tails"]),
             "bytes": index.nbytes(),
             "bytes_per_page": round(index.nbytes() / max(index.n_slots, 1), 1),
-            "retrain_at_tokens": int(m["trained_tokens"]) * cz.RETRAIN_GROWTH,
+            "retrain_at_tokens": self._retrain_at(m),
         }
+
+    def _retrain_at(self, manifest: dict[str, Any]) -> int | None:
+        """The collection size (vectors) at which the growth rule retrains (None: never)."""
+        at = int(manifest["trained_tokens"]) * cz.RETRAIN_GROWTH
+        if self.ctx.fp16:
+            return at
+        k, hi = int(manifest["k"]), at
+        while cz.choose_k(hi) == k:  # K only grows with the size: find where it changes
+            if hi > 1 << 50:
+                return None
+            hi *= 2
+        lo = at  # choose_k(lo) may equal k; choose_k(hi) does not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if cz.choose_k(mid) == k else (lo, mid)
+        return lo
 
     def close(self) -> None:
         self.wait()

@@ -52,7 +52,6 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.store.centroid_index import CentroidIndexes, recall_sample_size
 from vrag_compress.store.centroids import CODES
-from vrag_compress.store.centroids import needs_retrain as cz_needs_retrain
 from vrag_compress.store.context import StoreContext, StoreOptions
 from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
@@ -449,7 +448,8 @@ class LocalStore(MultiVectorStore):
         A store without fp16 vectors trains its codes here if it has none yet (on the staged
         fp16 rows); once trained, its only copy is the codes, and retraining would re-encode
         decoded vectors (a little loss each time), so it only compacts unless the 4× growth
-        rule is due, ``codes`` changes, or ``retrain`` asks for it (with a warning)."""
+        rule is due and calls for another K, ``codes`` changes, or ``retrain`` asks for it (with
+        a warning)."""
         if codes is not None:
             if codes not in CODES:
                 raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
@@ -466,7 +466,7 @@ class LocalStore(MultiVectorStore):
             with self._ctx.catalog.read() as conn:
                 n_tokens = cat.live_vectors(conn)
             manifest = self._centroids.manifest_now() or {}
-            if not (retrain or cz_needs_retrain(int(manifest["trained_tokens"]), n_tokens)):
+            if not (retrain or self._centroids.retrain_due(manifest, n_tokens)):
                 return self.index_info() or {}
             log.warning(
                 "%s keeps no fp16 vectors: retraining re-encodes the decoded codes, which loses "
