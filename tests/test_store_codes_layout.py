@@ -186,3 +186,28 @@ def test_growth_retrains_a_codes_only_store_only_for_a_new_k(tmp_path):
         assert info["k"] == 1024 and info["retrain_at_tokens"] > 2_000_000
         assert np.array_equal(store.get(["p00003"])[0].vectors, before)
         assert store.optimize()["trained_tokens"] == 40_000  # optimize: the same rule
+
+
+def test_vrag_migrate_of_a_codes_only_store_passes_its_own_check(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
+    src = tmp_path / "src"
+    with LocalStore.create(src, CODES) as store:
+        recs = records(80)
+        for i in range(0, len(recs), 4):
+            store.add(recs[i : i + 4])
+        store.optimize()  # codes only from here on
+    result = CliRunner().invoke(
+        app, ["migrate", str(src), str(tmp_path / "dst"), "--json", str(tmp_path / "r.json")]
+    )
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert result.exit_code == 0 and report["ok"] and report["rank_mismatches"] == []
+    with LocalStore.open(tmp_path / "dst", readonly=True) as dst:
+        assert dst.config["fp16"] is True and dst.config["codes"] == "none"
+    result = CliRunner().invoke(app, ["migrate", str(src), str(tmp_path / "kept"), "--keep-codes"])
+    with LocalStore.open(tmp_path / "kept", readonly=True) as kept:
+        assert kept.config["fp16"] is False and kept.count() == 80
