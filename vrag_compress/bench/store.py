@@ -31,7 +31,6 @@ from vrag_compress.bench.store_timing import add_all, progress, timed_search
 out = Console()
 err = Console(stderr=True)
 FULL_STORE_MAX_BYTES = 4 << 30
-FIRST_BATCH_NO_FP16 = 8192  # pages per add without fp16: the first add trains the codes
 
 
 @bench_app.command("store")
@@ -348,16 +347,17 @@ def _run(
     from vrag_compress.store import LocalStore
 
     config: dict[str, Any] = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
-    if not fp16:  # the codes are the only copy: the first add trains them, so make it large
+    if not fp16:
         config["fp16"] = False
-        batch = max(batch, min(pages, FIRST_BATCH_NO_FP16))
     # one segment in page order: the search matrix can then be the memory map itself (no copy);
-    # the candidate index is trained once after the adds (timed as build_s), not while adding
+    # the candidate index is trained once after the adds (timed as build_s), not while adding;
+    # without fp16 the pages stay staged as fp16 rows until then, so the codes are trained on all
     options: dict[str, Any] = {
         "candidates_per_token": candidates_per_token,
         "nprobe": nprobe,
         "segment_max_bytes": 1 << 40,
         "centroid_min_tokens": -1,
+        "codes_min_tokens": 0,
     }
     size_full = full_bytes / 2**20
     if full_store:
