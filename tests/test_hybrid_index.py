@@ -102,6 +102,8 @@ def test_bad_usage_exits_2(index_dir):
     assert run("search", index_dir, "x", "--alpha", "0.5")[0] == 2  # alpha without hybrid
     assert run("search", index_dir, "x", "--mode", "hybrid", "--alpha", "2")[0] == 2
     assert run("search", index_dir, "x", "--mode", "bm25")[0] == 2
+    code, out = run("search", index_dir, "x", "--mode", "exact", "--fts-syntax")
+    assert code == 2 and "--fts-syntax" in out  # was silently ignored
 
 
 def test_table_output_says_who_found_each_page(index_dir):
@@ -116,6 +118,12 @@ def test_python_api(index_dir):
         assert index.search("oral argument", k=3, mode="text")[0].found_by == ["text"]
         with pytest.raises(ValueError, match="alpha"):
             index.search("x", mode="auto", alpha=0.5)
+        with pytest.raises(ValueError, match="text_k"):  # text mode has no candidates to fuse
+            index.search("x", mode="text", text_k=5)
+        with pytest.raises(ValueError, match="fts_syntax"):
+            index.search("x", mode="exact", fts_syntax=True)
+        with pytest.raises(ValueError, match="text_k must be a positive int"):
+            index.search("x", mode="hybrid", text_k=0)
 
 
 def test_an_old_index_searches_text_and_gains_the_index(index_dir, tmp_path, make_old):

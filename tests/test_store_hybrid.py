@@ -399,3 +399,30 @@ def test_the_sparse_terms_fold_as_the_text_index_does():
     assert terms(COMPAT["wide"]) == ["fullwidth", "abc", "report"]
     assert terms("ﬁnancial") == ["financial"]
     assert sparse_query("ﬁnancial") == sparse_query("FINANCIAL")
+
+
+# --- options a mode does not use are errors ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mode, options, named",
+    [
+        ("auto", {"text": "flat plate"}, "text applies"),
+        ("exact", {"alpha": 0.5}, "alpha applies"),
+        ("two_stage", {"fts_syntax": True}, "fts_syntax applies"),
+        ("text", {"alpha": 0.5}, "alpha applies to mode='hybrid'"),
+        ("text", {"text_k": 5}, "text_k applies to mode='hybrid'"),
+    ],
+)
+def test_an_option_the_mode_does_not_use_is_refused(store_path, mode, options, named):
+    query = None if mode == "text" else vec(0)
+    kw = {"text": "flat plate"} if mode == "text" else {}
+    with LocalStore.open(store_path, readonly=True) as store:
+        with pytest.raises(StoreInputError, match=named):
+            store.search(query, 3, mode=mode, **(kw | options))
+
+
+def test_a_bad_text_k_is_named(store_path):
+    with LocalStore.open(store_path, readonly=True) as store:
+        with pytest.raises(StoreInputError, match="text_k must be a positive int"):
+            store.search(vec(0), 3, mode="hybrid", text="flat plate", text_k=0)

@@ -367,6 +367,14 @@ class VisualIndex:
         text = query if isinstance(query, str) else None
         if alpha is not None and mode != "hybrid":
             raise ValueError(f"alpha weighs the two sides of mode='hybrid', not mode={mode!r}")
+        if text_k is not None and mode != "hybrid":
+            raise ValueError(
+                f"text_k is how many text candidates mode='hybrid' fuses, not {mode!r}"
+            )
+        if fts_syntax and mode not in ("text", "hybrid"):
+            raise ValueError(
+                f"fts_syntax reads the query text of mode='text' or 'hybrid', not {mode!r}"
+            )
         if mode in ("text", "hybrid") and text is None:
             raise ValueError(f"mode={mode!r} searches the page text: give the query as a string")
         if mode == "text":

@@ -463,6 +463,10 @@ def search(
     check_choice(mode, SEARCH_MODES, "--mode")
     if alpha is not None and mode != "hybrid":
         raise typer.BadParameter("--alpha weighs the sides of --mode hybrid", param_hint="--alpha")
+    if fts_syntax and mode not in ("text", "hybrid"):
+        raise typer.BadParameter(
+            "--fts-syntax reads the query of --mode text or hybrid", param_hint="--fts-syntax"
+        )
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)

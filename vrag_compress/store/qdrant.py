@@ -72,6 +72,7 @@ from vrag_compress.store.validate import (
     check_k,
     check_missing,
     check_mode,
+    check_mode_options,
     check_query,
     check_texts,
 )
@@ -700,7 +701,8 @@ class QdrantStore(MultiVectorStore):
         from vrag_compress.store.qdrant_filters import to_qdrant_filter
 
         k = check_k(k)
-        if check_mode(mode) in TEXT_MODES:
+        check_mode_options(check_mode(mode), texts, alpha, text_k, fts_syntax)
+        if mode in TEXT_MODES:
             return self._search_with_text(
                 queries, texts, k, to_qdrant_filter(filter), mode, alpha, text_k, fts_syntax
             )
@@ -745,7 +747,7 @@ class QdrantStore(MultiVectorStore):
         words = check_texts(texts, None if qs is None else len(qs), mode)
         alpha = check_alpha(alpha)
         depth = k if mode == "text" else max(k, HYBRID_DEPTH)
-        text_depth = depth if text_k is None else check_k(text_k)
+        text_depth = depth if text_k is None else check_k(text_k, "text_k")
         if qs and alpha is None:
             return self._server_rrf(qs, words, k, flt, depth, text_depth)
         requests = [self._text_request(t, text_depth + _TIE_MARGIN, flt) for t in words]

@@ -37,6 +37,7 @@ from vrag_compress.store.validate import (
     as_list,
     check_k,
     check_mode,
+    check_mode_options,
     check_query,
     check_texts,
 )
@@ -77,6 +78,7 @@ class Searcher:
         """Top-k per query, best first, ties by page_id; retried when a hit was just deleted."""
         k = check_k(k)
         mode = check_mode(mode)
+        check_mode_options(mode, texts, alpha, text_k, fts_syntax)
         if mode in TEXT_MODES:
             return self._search_with_text(
                 queries, texts, k, filter, mode, alpha, text_k, fts_syntax
@@ -118,7 +120,7 @@ class Searcher:
         words = check_texts(texts, None if qs is None else len(qs), mode)
         alpha = check_alpha(alpha)
         depth = k if mode == "text" else max(k, HYBRID_DEPTH)
-        text_depth = depth if text_k is None else check_k(text_k)
+        text_depth = depth if text_k is None else check_k(text_k, "text_k")
         where = compile_filter(filter) if filter else None
         with self.ctx.catalog.mutex:
             for attempt in range(3):

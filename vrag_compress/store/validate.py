@@ -131,9 +131,9 @@ def check_query(query: Any, dim: int, what: str = "query") -> np.ndarray:
     return np.ascontiguousarray(query, dtype=np.float32)
 
 
-def check_k(k: Any) -> int:
+def check_k(k: Any, what: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise StoreInputError(f"k must be a positive int, got {k!r}")
+        raise StoreInputError(f"{what} must be a positive int, got {k!r}")
     return int(k)
 
 
@@ -197,6 +197,23 @@ def check_mode(mode: Any) -> str:
     if mode not in SEARCH_MODES:
         raise StoreInputError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
     return str(mode)
+
+
+def check_mode_options(mode: str, texts: Any, alpha: Any, text_k: Any, fts_syntax: bool) -> None:
+    """An option the mode does not use is an error, not silently ignored: the query text and
+    ``fts_syntax`` belong to the text and hybrid modes, ``alpha`` and ``text_k`` to hybrid."""
+    options = {"text": texts is not None, "fts_syntax": bool(fts_syntax)}
+    options |= {"alpha": alpha is not None, "text_k": text_k is not None}
+    allowed = {"text", "fts_syntax", "alpha", "text_k"} if mode == "hybrid" else set()
+    if mode == "text":
+        allowed = {"text", "fts_syntax"}
+    extra = [name for name, given in options.items() if given and name not in allowed]
+    if extra:
+        uses = "mode='hybrid'" if mode == "text" else "mode='text' or 'hybrid'"
+        raise StoreInputError(
+            f"{', '.join(extra)} {'applies' if len(extra) == 1 else 'apply'} to {uses} only, "
+            f"not mode={mode!r}"
+        )
 
 
 def check_texts(texts: Any, n_queries: int | None, mode: str) -> list[str]:
