@@ -56,3 +56,17 @@ def test_old_import_paths_still_work():
     assert old_data_dir is data_dir
     assert callable(load_beir)
     assert Path(__file__).exists()
+
+
+@pytest.mark.parametrize("command", ["estimate", "retention"])
+def test_a_missing_dataset_is_a_usage_error(tmp_path, command):
+    args = ["bench", command, "--dataset", str(tmp_path / "missing"), "--json", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--dataset" in result.output and "no such folder" in result.output
+
+
+def test_a_folder_that_is_not_beir_is_a_usage_error(tmp_path):
+    args = ["bench", "retention", "--dataset", str(tmp_path), "--json", str(tmp_path / "o.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--dataset" in result.output, result.output

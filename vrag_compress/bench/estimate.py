@@ -90,15 +90,15 @@ def estimate(
     import torch
     from rich.console import Console
 
-    from vrag_compress.beir import load_dataset
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress.bench.paths import load_dataset_option
     from vrag_compress.estimate import cloze_queries, estimate_pages
     from vrag_compress.progress import task_progress
 
     torch.set_num_threads(threads)
     console = Console(width=120)
     started = time.perf_counter()
-    data = load_dataset(dataset)
+    data = load_dataset_option(dataset)
     if data.kind != "text":
         raise typer.BadParameter("the estimate check needs a text corpus", param_hint="--dataset")
     model = load_benchmark_encoder(encoder, data.kind, num_threads=threads)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 DATA_ENV = "VRAG_DATA_DIR"
 
@@ -39,3 +40,16 @@ def require_data_dir(explicit: Path | str | None = None) -> Path:
             param_hint="--data",
         )
     return folder
+
+
+def load_dataset_option(dataset: str | Path, option: str = "--dataset") -> Any:
+    """`vrag_compress.beir.load_dataset` for a command-line option: a folder that is missing or
+    not BEIR is a usage error naming the option (exit 2), not a traceback."""
+    import typer
+
+    from vrag_compress.beir import DatasetError, load_dataset
+
+    try:
+        return load_dataset(dataset)
+    except DatasetError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from error

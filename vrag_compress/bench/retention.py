@@ -145,10 +145,10 @@ def retention(
     import torch
     from rich.console import Console
 
-    from vrag_compress.beir import load_dataset
     from vrag_compress.bench.eval.analysis import kept_token_report
     from vrag_compress.bench.eval.plot import plot_retention, plot_sr_curve
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress.bench.paths import load_dataset_option
     from vrag_compress.progress import task_progress
 
     torch.set_num_threads(threads)
@@ -156,7 +156,7 @@ def retention(
     if not console.is_terminal:  # logs and pipes: do not squeeze the table to 80 columns
         console = Console(width=120)
     started = time.perf_counter()
-    data = load_dataset(dataset)
+    data = load_dataset_option(dataset)
     if mode == "hybrid" and data.kind != "text":
         raise typer.BadParameter(
             f"--mode hybrid needs a text corpus (BM25 over its documents); {dataset} holds images"
