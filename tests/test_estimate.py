@@ -216,3 +216,42 @@ def test_estimate_on_a_newer_index_is_a_clean_error(tiny_index: Path, tmp_path: 
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)  # a message, no traceback
     assert "newer" in result.output
+
+
+def test_a_folder_sample_renders_only_the_drawn_pages(
+    shared_data: Path, tmp_path: Path, monkeypatch
+):
+    from vrag_compress import ingest
+    from vrag_compress.estimate import _folder_pages
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder)  # 1 page
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder)  # 5 pages
+    rendered: list[tuple[str, int]] = []
+    render = ingest.PdfDocument._render
+
+    def counting(self, page_no):  # noqa: ANN001, ANN202
+        rendered.append((self.source.name, page_no))
+        return render(self, page_no)
+
+    monkeypatch.setattr(ingest.PdfDocument, "_render", counting)
+    texts, images = _folder_pages(folder, 3, seed=0)
+    assert len(texts) == len(images) == 3 and len(rendered) == 3  # not all 6 pages
+    assert len(set(rendered)) == 3
+    rendered.clear()
+    assert len(_folder_pages(folder, 300, seed=0)[0]) == 6 and len(rendered) == 6
+
+
+def test_a_one_page_source_says_so(shared_data: Path, tmp_path: Path):
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder)
+    with pytest.raises(EstimateError, match="at least 2 pages") as error:
+        estimate_retention(folder, methods=["random"], ratios=[0.25], model="tiny-colqwen2")
+    assert "sample more" not in str(error.value)  # more sampling cannot help
+
+
+def test_a_bad_ratio_list_names_the_option(tiny_index: Path):
+    result = runner.invoke(app, ["estimate", str(tiny_index), "--ratios", "abc"])
+    assert result.exit_code == 2 and "--ratios" in result.output, result.output

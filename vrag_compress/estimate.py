@@ -23,6 +23,7 @@ images (the index holds compressed vectors only); a folder is read with `vrag_co
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -34,6 +35,8 @@ import numpy as np
 
 from vrag_compress.compress import compressor_for
 from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+
+log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ("sap", "uot", "random")
 DEFAULT_RATIOS = (0.25, 0.1, 0.05)
@@ -259,7 +262,7 @@ def estimate_pages(
     if len(pseudo.pages) < 2 or not pseudo.queries:
         raise EstimateError(
             f"the estimate needs at least 2 pages and 1 pseudo-query, got {len(pseudo.pages)} "
-            f"pages and {len(pseudo.queries)} queries; sample more pages"
+            f"pages and {len(pseudo.queries)} queries"
         )
     full = maxsim_matrix(pseudo.queries, [p.vectors for p in pseudo.pages])
     gains = pseudo_gains(pseudo.pages, pseudo.sources, neighbours)
@@ -334,6 +337,8 @@ def estimate_retention(
     """
     from vrag_compress.index import VisualIndex
 
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 2:
+        raise EstimateError(f"sample must be at least 2 pages, got {sample!r}")
     if isinstance(source, VisualIndex):
         return _estimate_index(source, methods, ratios, sample, seed, neighbours, progress)
     path = Path(source)
@@ -364,6 +369,7 @@ def _estimate_index(
     progress: Progress | None,
 ) -> RetentionEstimate:
     ids = sorted(index.store.page_ids())
+    too_few(len(ids), index.path)
     rng = np.random.default_rng(seed)
     picked = sorted(rng.choice(len(ids), min(sample, len(ids)), replace=False).tolist())
     records = index.store.get([ids[i] for i in picked], missing="skip")
@@ -377,22 +383,64 @@ def _estimate_index(
     return _estimate_encoded(encoder, texts, images, methods, ratios, seed, neighbours, progress)
 
 
-def _folder_pages(path: Path, sample: int, seed: int) -> tuple[list[str | None], list[Any]]:
-    """``sample`` pages drawn evenly at random from every page under ``path`` (reservoir)."""
-    from vrag_compress.ingest import iter_pages
+def too_few(n_pages: int, source: Any) -> None:
+    """A source of fewer than 2 pages cannot be estimated on, however many pages are sampled."""
+    if n_pages < 2:
+        raise EstimateError(
+            f"{source}: {n_pages} page(s); the estimate ranks pages against each other, so it "
+            "needs a source of at least 2 pages"
+        )
 
-    rng = np.random.default_rng(seed)
-    kept: list[Any] = []
-    for seen, page in enumerate(iter_pages(path)):
-        if len(kept) < sample:
-            kept.append(page)
-        else:
-            slot = int(rng.integers(0, seen + 1))
-            if slot < sample:
-                kept[slot] = page
-    if not kept:
+
+def _folder_pages(path: Path, sample: int, seed: int) -> tuple[list[str | None], list[Any]]:
+    """``sample`` pages drawn evenly at random from every page under ``path``: the documents'
+    page counts are read first (opening a PDF reads no page), then only the drawn pages are
+    rendered. An unreadable document or page is logged and skipped."""
+    from vrag_compress.ingest import find_documents
+
+    counts = _page_counts(find_documents(path)[0])
+    total = sum(n for _, n in counts)
+    if total == 0:
         raise EstimateError(f"{path}: no readable page (PDFs or images) to estimate on")
+    too_few(total, path)
+    rng = np.random.default_rng(seed)
+    drawn = np.sort(rng.choice(total, min(sample, total), replace=False))
+    starts = np.cumsum([0] + [n for _, n in counts])
+    kept: list[Any] = []
+    for i, (doc, _) in enumerate(counts):
+        wanted = drawn[(drawn >= starts[i]) & (drawn < starts[i + 1])] - starts[i] + 1
+        if len(wanted):
+            kept += _render_pages(doc, [int(n) for n in wanted])
     return [p.text for p in kept], [p.image for p in kept]
+
+
+def _page_counts(documents: list[Path]) -> list[tuple[Path, int]]:
+    from vrag_compress.ingest import IngestError, open_document
+
+    counts = []
+    for doc in documents:
+        try:
+            with open_document(doc) as opened:
+                counts.append((doc, opened.n_pages))
+        except IngestError as error:
+            log.warning("%s", error)
+    return counts
+
+
+def _render_pages(path: Path, page_nos: list[int]) -> list[Any]:
+    from vrag_compress.ingest import IngestError, open_document
+
+    pages = []
+    try:
+        with open_document(path) as doc:
+            for page_no in page_nos:
+                try:
+                    pages.append(doc.page(page_no))
+                except IngestError as error:  # one refused page; the others go on
+                    log.warning("%s", error)
+    except IngestError as error:
+        log.warning("%s", error)
+    return pages
 
 
 def _estimate_encoded(

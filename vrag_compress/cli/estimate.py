@@ -23,7 +23,9 @@ def parse_ratios(text: str, option: str = "--ratios") -> list[float]:
     try:
         ratios = [float(v) for v in split_list(text)]
     except ValueError as exc:
-        raise typer.BadParameter(f"numbers like 0.25,0.1 expected, got {text!r}") from exc
+        raise typer.BadParameter(
+            f"numbers like 0.25,0.1 expected, got {text!r}", param_hint=option
+        ) from exc
     if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
         raise typer.BadParameter(f"keep ratios must be in (0, 1], got {text!r}", param_hint=option)
     return ratios
