@@ -104,12 +104,9 @@ def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -
 def plot_budgets(rows: list[dict[str, Any]], out_png: str | Path, title: str) -> Path:
     """retention@10 against γ: each method's fixed budget solid, ``:budget=adaptive`` dashed
     (other labelled variants dotted), one colour per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    fig, ax = new_figure((8, 5))
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
     bases = list(dict.fromkeys(r["method"].split(":")[0] for r in rows))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, base in enumerate(bases):
@@ -129,9 +126,4 @@ def plot_budgets(rows: list[dict[str, Any]], out_png: str | Path, title: str) ->
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)
