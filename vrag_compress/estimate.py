@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.compress import compressor_for
+from vrag_compress.compress import compressor_for, parse_method_spec
 from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ def estimate_pages(
     own = full[np.arange(len(pseudo.sources)), pseudo.sources]
     rows = []
     for spec in methods:
-        name, params = parse_spec(spec)
+        name, params = parse_method_spec(spec)
         for ratio in ratios:
             compressor = compressor_for(
                 name, n_layers=n_layers, model_id=model_id, ratio=ratio, window=window, **params
@@ -298,21 +298,6 @@ def estimate_pages(
         encoder=encoder_name,
         tokens_per_page_full=float(np.mean([p.n_tokens for p in pseudo.pages])),
     )
-
-
-def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``name:key=value:key=value`` -> (name, params); values parsed as JSON when they can be."""
-    name, _, rest = spec.strip().partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(":")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise EstimateError(f"method {spec!r}: parameter {item!r} needs key=value")
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value.strip()
-    return name, params
 
 
 # ------------------------------------------------------------------------- index or folder

@@ -20,7 +20,12 @@ from vrag_compress.compress.baselines import (
     calibrate_kappa,
 )
 from vrag_compress.compress.common import BaseCompressor
-from vrag_compress.compress.factory import Capabilities, capabilities, compressor_for
+from vrag_compress.compress.factory import (
+    Capabilities,
+    capabilities,
+    compressor_for,
+    parse_method_spec,
+)
 from vrag_compress.compress.profiles import (
     BUILTIN_PROFILES,
     CalibrationProfile,
@@ -62,6 +67,7 @@ __all__ = [
     "calibrate_kappa",
     "capabilities",
     "compressor_for",
+    "parse_method_spec",
     "fallback_window",
     "get_compressor",
     "list_compressors",

@@ -10,6 +10,7 @@ method needs only its class and its registration.
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +72,21 @@ def capabilities(method: str | type | Compressor) -> Capabilities:
         if f.name != "takes_ratio"
     }
     return Capabilities(**declared, takes_ratio=takes_param(cls, "ratio"))
+
+
+def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``name:key=value:key=value`` -> (name, params); values parsed as JSON when they can be."""
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(":")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise CompressionError(f"method {spec!r}: parameter {item!r} needs key=value")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return name, params
 
 
 def compressor_for(

@@ -17,7 +17,8 @@ import numpy as np
 
 from vrag_compress.beir import BeirDataset, DatasetError, split_queries
 from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
-from vrag_compress.compress.base import Compressor
+from vrag_compress.compress import parse_method_spec
+from vrag_compress.compress.base import CompressionError, Compressor
 from vrag_compress.encoders.base import PageEncoding
 
 CACHE_FORMAT = 1
@@ -58,16 +59,10 @@ class MethodSpec:
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
-        name, _, rest = text.strip().partition(":")
-        params: dict[str, Any] = {}
-        for item in filter(None, rest.split(":")):
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise BenchmarkError(f"method {text!r}: parameter {item!r} needs key=value")
-            try:
-                params[key.strip()] = json.loads(value)
-            except json.JSONDecodeError:
-                params[key.strip()] = value.strip()
+        try:
+            name, params = parse_method_spec(text)
+        except CompressionError as exc:
+            raise BenchmarkError(str(exc)) from exc
         return cls(text.strip(), name, params)
 
 
