@@ -15,6 +15,7 @@ rules by its own threshold (exact while T ≤ it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -235,12 +236,9 @@ class Searcher:
     def _two_stage(
         self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        if (
-            self.ctx.scorer is None
-        ):  # a [M, K] product: waking BLAS threads costs more than it saves
-            with one_blas_thread():
-                cand = self._centroid_candidates(snap, q, pos)
-        else:
+        on_cpu = self.ctx.scorer is None
+        # a [M, K] product: waking BLAS threads costs more than it saves
+        with one_blas_thread() if on_cpu else contextlib.nullcontext():
             cand = self._centroid_candidates(snap, q, pos)
         if cand is None:  # no centroid index: candidates from the FAISS token index
             ann = self._token_index(snap)
@@ -252,10 +250,8 @@ class Searcher:
         if len(cand) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         small = int((snap.bounds[cand + 1] - snap.bounds[cand]).sum()) <= SMALL_RERANK_TOKENS
-        if small and self.ctx.scorer is None:
-            with one_blas_thread():
-                return self._exact(snap, [q], k, cand)[0]
-        return self._exact(snap, [q], k, cand)[0]
+        with one_blas_thread() if small and on_cpu else contextlib.nullcontext():
+            return self._exact(snap, [q], k, cand)[0]
 
     def _centroid_candidates(
         self, snap: Snapshot, q: np.ndarray, pos: np.ndarray | None
