@@ -361,12 +361,12 @@ class LocalStore(MultiVectorStore):
         """A page as stored (without fp16 vectors: decoded from its codes)."""
         pid, page_id, doc_id, page_no, meta, image_ref, text, seg_id, off, n, vcrc = row
         vec = decoded.get(pid)
-        if vec is None:
+        if vec is None:  # fp16 rows in a segment: checked against the row's checksum
             vec = self._ctx.vectors(seg_id, seg_rows[seg_id], off, n)
-        if pid not in decoded and seg.vectors_crc(vec) != vcrc:
-            raise StoreCorruptError(
-                str(self._ctx.segment_path(seg_id)), f"checksum mismatch for page {page_id!r}"
-            )
+            if seg.vectors_crc(vec) != vcrc:
+                raise StoreCorruptError(
+                    str(self._ctx.segment_path(seg_id)), f"checksum mismatch for page {page_id!r}"
+                )
         vectors = np.asarray(vec, dtype=np.float32)
         metadata = cat.metadata_dict(meta, f"page {page_id!r}")
         return PageRecord(page_id, doc_id, page_no, vectors, metadata, image_ref, text)
