@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vrag_compress.bench.eval.metrics import evaluate, top_k_run
+from vrag_compress.bench.eval.metrics import evaluate, per_query, top_k_run
 from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.scoring import maxsim
 
@@ -31,6 +31,13 @@ def test_toy_ranking_by_hand() -> None:
     assert got["recall@1"] == pytest.approx((1 / 2 + 0) / 2)  # gain 0 is not relevant
     assert got["recall@5"] == pytest.approx(1.0)
     assert got["mrr"] == pytest.approx((1 + 1 / 2) / 2)
+
+
+def test_per_query_values_are_what_evaluate_averages() -> None:
+    q1 = (1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3))
+    got = per_query(QRELS, RUN)
+    assert got == pytest.approx({"q1": q1, "q2": 1 / math.log2(3)})
+    assert np.mean(list(got.values())) == pytest.approx(evaluate(QRELS, RUN)["ndcg@10"])
 
 
 def test_queries_without_a_run_are_not_evaluated_but_empty_runs_score_zero() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -166,7 +167,7 @@ def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_dat
     out = tmp_path / "e.json"
     args = ["bench", "estimate", "--dataset", str(folder), "--encoder", "minilm"]
     args += ["--methods", "identity,uot,random", "--ratios", "0.25,0.1", "--window", "3"]
-    res = CliRunner().invoke(app, [*args, "--sample", "30", "--json", str(out)])
+    res = CliRunner().invoke(app, [*args, "--sample", "30", "--draws", "2", "--json", str(out)])
     assert res.exit_code == 0, res.output
     result = json.loads(out.read_text())
     rows = {(r["method"], r["ratio"]): r for r in result["rows"]}
@@ -177,5 +178,20 @@ def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_dat
     assert rows[("uot", 0.1)]["error"] == pytest.approx(
         rows[("uot", 0.1)]["estimated"] - rows[("uot", 0.1)]["measured"]
     )
-    assert set(result["same_order"]) == {"0.25", "0.1"}
-    assert result["estimate"]["query_kind"] == "sentence" and result["estimate"]["n_pages"] > 20
+    assert set(result["same_order"]) == set(result["same_order_settled"]) == {"0.25", "0.1"}
+    assert result["estimate"]["query_kind"] == "lead" and result["estimate"]["n_pages"] > 20
+    uot = rows[("uot", 0.1)]
+    assert len(uot["draws"]) == 2 and uot["estimated"] == pytest.approx(np.mean(uot["draws"]))
+    assert uot["measured_low"] <= uot["measured"] <= uot["measured_high"]
+    assert uot["within_measured_interval"] == (
+        uot["measured_low"] <= uot["estimated"] <= uot["measured_high"]
+    )
+    identity = rows[("identity", 0.1)]
+    assert identity["measured_low"] == identity["measured_high"] == 1.0
+    pairs = [p for p in result["order_pairs"] if p["ratio"] == 0.1]
+    assert len(pairs) == 3  # identity-uot, identity-random, uot-random
+    for pair in pairs:
+        assert 0.0 <= pair["p_judged_a_better"] <= 1.0
+        assert pair["agrees"] == (
+            (pair["estimated_difference"] > 0) == (pair["judged_difference"] > 0)
+        )

@@ -2,16 +2,22 @@
 
 ``estimate_retention(INDEX_OR_FOLDER)`` samples pages, builds pseudo-queries from them and
 compares, for each method and keep ratio, the ranking that compressed pages give with the one
-the uncompressed pages give. Pseudo-queries follow the inverse cloze task: one sentence of a
-page's text is the query, and the page, encoded without that sentence, is the page it should
-find, so the query shares meaning with its page rather than copying it. Pages without text
-(scans without OCR, figures) fall back to a span of the page's own tokens, removed from it.
+the uncompressed pages give. Pseudo-queries follow the inverse cloze task: a piece of a page's
+text is the query, and the page, encoded without it, is the page it should find, so the query
+shares meaning with its page rather than copying it. The piece is the page's lead (``"lead"``,
+the default): its title, heading or first sentence, which states the topic in a few words as a
+user's question does; running heads repeated on other sampled pages are skipped. Pages without
+a lead fall back to one random sentence (``"sentence"``, the first version: a detail of the page,
+and details are what compression loses first, so it runs low). Pages without text (scans
+without OCR, figures) fall back to a span of the page's own tokens, removed from it.
 
 Per method and ratio the report gives:
 - ``estimated``: the expected retention@10, the NDCG@10 of the compressed ranking over the
   NDCG@10 of the uncompressed ranking, with graded pseudo-relevance: the query's own page
   (gain 2) and the ``neighbours`` pages nearest to it (gain 1, by the cosine of their mean
   uncompressed token vectors), since real queries are judged on topics that several pages cover;
+- ``low`` / ``high``: its 90% bootstrap interval over the pseudo-queries (how much another
+  draw of queries could move it);
 - ``sr``: mean Score Retention (compressed / uncompressed MaxSim) of each query and its page;
 - ``rank_agreement``: the share of the uncompressed top 10 that the compressed top 10 keeps;
 - ``tokens_per_page``: the vectors a page keeps on average.
@@ -26,6 +32,7 @@ import json
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,9 +49,13 @@ DEFAULT_METHODS = ("sap", "uot", "random")
 DEFAULT_RATIOS = (0.25, 0.1, 0.05)
 DEFAULT_SAMPLE = 300
 MIN_SENTENCE_WORDS = 6
+LEAD_WORDS = (3, 30)
+QUERY_KINDS = ("lead", "sentence")
+DEFAULT_QUERY_KIND = "lead"
 SPAN_TOKENS = 12
 TOP = 10
 DEFAULT_NEIGHBOURS = 5
+BOOTSTRAP = 1000
 
 Progress = Callable[[str], None]
 
@@ -60,7 +71,7 @@ class PseudoQueries:
     pages: list[PageEncoding]
     queries: list[np.ndarray]
     sources: list[int]
-    kind: str  # "sentence" (inverse cloze on the page text) or "tokens" (spans of the page)
+    kind: str  # "lead" / "sentence" (inverse cloze on the page text) or "tokens" (page spans)
 
 
 @dataclass
@@ -68,6 +79,8 @@ class EstimateRow:
     method: str
     ratio: float
     estimated: float
+    low: float
+    high: float
     sr: float
     rank_agreement: float
     tokens_per_page: float
@@ -124,6 +137,43 @@ def cloze_split(text: str | None, rng: np.random.Generator) -> tuple[str, str] |
     return sentences[pick], " ".join(sentences[:pick] + sentences[pick + 1 :])
 
 
+TEXT_UNIT = re.compile(r"(?<=[.?!])\s+|\s*\n\s*")
+
+
+def lead_splits(texts: Sequence[str | None]) -> list[tuple[str, str] | None]:
+    """(each page's lead, the text without it), or None where a page has no lead.
+
+    A page's units are its lines and sentences. Its lead is the first unit of at least 3 words
+    that no other page in ``texts`` also has (running heads and footers are skipped), when that
+    unit has at most 30 words (longer: the page opens with body text, no heading) and is not
+    the page's only unit."""
+    low, high = LEAD_WORDS
+    per_page = [[u.strip() for u in TEXT_UNIT.split(t or "") if u.strip()] for t in texts]
+    seen = Counter(u.casefold() for units in per_page for u in set(units))
+    out: list[tuple[str, str] | None] = []
+    for units in per_page:
+        first = next(
+            (i for i, u in enumerate(units) if len(u.split()) >= low and seen[u.casefold()] == 1),
+            None,
+        )
+        if first is None or len(units) < 2 or len(units[first].split()) > high:
+            out.append(None)
+            continue
+        out.append((units[first], " ".join(units[:first] + units[first + 1 :])))
+    return out
+
+
+def pseudo_splits(
+    texts: Sequence[str | None], kind: str, rng: np.random.Generator
+) -> list[tuple[str, str] | None]:
+    """(query text, page text without it) per page: its lead (``kind="lead"``; pages without
+    one fall back to a random sentence) or a random sentence (``kind="sentence"``)."""
+    if kind not in QUERY_KINDS:
+        raise EstimateError(f"query kind must be one of {', '.join(QUERY_KINDS)}, got {kind!r}")
+    leads = lead_splits(texts) if kind == "lead" else [None] * len(texts)
+    return [lead or cloze_split(t, rng) for lead, t in zip(leads, texts, strict=True)]
+
+
 def token_span_queries(
     pages: Sequence[PageEncoding], rng: np.random.Generator, span: int = SPAN_TOKENS
 ) -> PseudoQueries:
@@ -168,11 +218,12 @@ def reads_text(encoder: Any) -> bool:
     return isinstance(encoder, ReadsPageText) or hasattr(encoder, "encode_documents")
 
 
-def cloze_queries(texts: Sequence[str | None], encoder: Any, seed: int = 0) -> PseudoQueries:
+def cloze_queries(
+    texts: Sequence[str | None], encoder: Any, seed: int = 0, kind: str = DEFAULT_QUERY_KIND
+) -> PseudoQueries:
     """Inverse-cloze pseudo-queries for a text encoder: pages whose text splits become
-    (sentence -> page without it); the others join the pool whole."""
-    rng = np.random.default_rng(seed)
-    splits = [cloze_split(t, rng) for t in texts]
+    (lead or sentence -> page without it, see `pseudo_splits`); the others join the pool whole."""
+    splits = pseudo_splits(texts, kind, np.random.default_rng(seed))
     docs = [s[1] if s else (t or "") for s, t in zip(splits, texts, strict=True)]
     encoded = encode_texts(encoder, docs)
     pool_index = [i for i, e in enumerate(encoded) if e.n_tokens > 0]
@@ -180,22 +231,26 @@ def cloze_queries(texts: Sequence[str | None], encoder: Any, seed: int = 0) -> P
     asked = [i for i in pool_index if splits[i] is not None]
     vectors = encoder.encode_queries([splits[i][0] for i in asked]) if asked else []  # type: ignore[index]
     return PseudoQueries(
-        [encoded[i] for i in pool_index], list(vectors), [position[i] for i in asked], "sentence"
+        [encoded[i] for i in pool_index], list(vectors), [position[i] for i in asked], kind
     )
 
 
 def image_queries(
-    pages: Sequence[PageEncoding], texts: Sequence[str | None], encoder: Encoder, seed: int = 0
+    pages: Sequence[PageEncoding],
+    texts: Sequence[str | None],
+    encoder: Encoder,
+    seed: int = 0,
+    kind: str = DEFAULT_QUERY_KIND,
 ) -> PseudoQueries:
-    """Page images: a sentence of the page's text layer as the query (the image cannot lose the
-    sentence), else a span of the page's own tokens."""
+    """Page images: the lead or a sentence of the page's text layer as the query (the image
+    cannot lose it), else a span of the page's own tokens."""
     rng = np.random.default_rng(seed)
-    splits = [cloze_split(t, rng) for t in texts]
+    splits = pseudo_splits(texts, kind, rng)
     asked = [i for i, s in enumerate(splits) if s is not None]
     if len(asked) < max(1, len(pages) // 2):
         return token_span_queries(pages, rng)
     vectors = encoder.encode_queries([splits[i][0] for i in asked])  # type: ignore[index]
-    return PseudoQueries(list(pages), list(vectors), asked, "sentence")
+    return PseudoQueries(list(pages), list(vectors), asked, kind)
 
 
 # ------------------------------------------------------------------------------ the estimate
@@ -227,14 +282,28 @@ def pseudo_gains(
     return gains
 
 
-def _ndcg(scores: np.ndarray, gains: np.ndarray) -> float:
-    """Mean NDCG@10 (linear gains) of the rankings ``scores`` under the graded ``gains``."""
+def _ndcg(scores: np.ndarray, gains: np.ndarray) -> np.ndarray:
+    """NDCG@10 (linear gains) of each ranking in ``scores`` under the graded ``gains``."""
     k = min(TOP, scores.shape[1])
     discount = 1.0 / np.log2(np.arange(k) + 2.0)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     dcg = (np.take_along_axis(gains, order, axis=1) * discount).sum(axis=1)
     ideal = (-np.sort(-gains, axis=1)[:, :k] * discount).sum(axis=1)
-    return float(np.mean(dcg / np.where(ideal > 0, ideal, 1.0)))
+    return np.asarray(dcg / np.where(ideal > 0, ideal, 1.0))
+
+
+def retention_interval(
+    compressed: np.ndarray, full: np.ndarray, seed: int = 0, level: float = 0.9
+) -> tuple[float, float]:
+    """Bootstrap interval (``level``) of mean(compressed) / mean(full) over paired per-query
+    values: how far another draw of as many queries could move the retention."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(full), (BOOTSTRAP, len(full)))
+    means = full[draws].mean(axis=1)
+    ratios = compressed[draws].mean(axis=1) / np.where(means > 0, means, np.nan)
+    tail = (1.0 - level) / 2
+    low, high = np.nanquantile(ratios, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def _top_overlap(full: np.ndarray, compressed: np.ndarray) -> float:
@@ -267,6 +336,7 @@ def estimate_pages(
     full = maxsim_matrix(pseudo.queries, [p.vectors for p in pseudo.pages])
     gains = pseudo_gains(pseudo.pages, pseudo.sources, neighbours)
     full_ndcg = _ndcg(full, gains)
+    full_mean = float(full_ndcg.mean())
     own = full[np.arange(len(pseudo.sources)), pseudo.sources]
     rows = []
     for spec in methods:
@@ -278,11 +348,15 @@ def estimate_pages(
             compressed = compressor.compress_many(pseudo.pages)
             scores = maxsim_matrix(pseudo.queries, [c.vectors for c in compressed])
             kept = scores[np.arange(len(pseudo.sources)), pseudo.sources]
+            ndcg = _ndcg(scores, gains)
+            low, high = retention_interval(ndcg, full_ndcg)
             rows.append(
                 EstimateRow(
                     method=spec,
                     ratio=float(ratio),
-                    estimated=_ndcg(scores, gains) / full_ndcg if full_ndcg > 0 else math.nan,
+                    estimated=float(ndcg.mean()) / full_mean if full_mean > 0 else math.nan,
+                    low=low,
+                    high=high,
                     sr=float(np.mean(np.where(own > 0, kept / np.where(own > 0, own, 1), 1.0))),
                     rank_agreement=_top_overlap(full, scores),
                     tokens_per_page=float(np.mean([len(c.vectors) for c in compressed])),
@@ -312,20 +386,25 @@ def estimate_retention(
     encoder: Encoder | None = None,
     device: str = "auto",
     neighbours: int = DEFAULT_NEIGHBOURS,
+    queries: str = DEFAULT_QUERY_KIND,
     progress: Progress | None = None,
 ) -> RetentionEstimate:
     """Estimate each method's retention at each ratio on ``source`` before committing to one.
 
     source: an index folder or an open `VisualIndex` (its pages are re-encoded with its model),
     or a folder / files of documents (read with `vrag_compress.ingest`, encoded with ``model``,
-    default the index default, or ``encoder``). ``sample`` pages are drawn with ``seed``.
+    default the index default, or ``encoder``). ``sample`` pages are drawn with ``seed``;
+    ``queries`` is the pseudo-query kind, "lead" or "sentence" (see the module docstring).
     """
     from vrag_compress.index import VisualIndex
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 2:
         raise EstimateError(f"sample must be at least 2 pages, got {sample!r}")
+    if queries not in QUERY_KINDS:
+        raise EstimateError(f"queries must be one of {', '.join(QUERY_KINDS)}, got {queries!r}")
+    plan = _Plan(methods, ratios, seed, neighbours, queries, progress)
     if isinstance(source, VisualIndex):
-        return _estimate_index(source, methods, ratios, sample, seed, neighbours, progress)
+        return _estimate_index(source, sample, plan)
     path = Path(source)
     if not path.exists():
         raise EstimateError(f"{path}: no such index, folder or file")
@@ -334,28 +413,32 @@ def estimate_retention(
         with VisualIndex.open(
             path, model=model, encoder=encoder, device=device, readonly=True
         ) as index:
-            return _estimate_index(index, methods, ratios, sample, seed, neighbours, progress)
+            return _estimate_index(index, sample, plan)
     if encoder is None:
         from vrag_compress.defaults import DEFAULT_MODEL
         from vrag_compress.encoders import load_encoder
 
         encoder = load_encoder(model or DEFAULT_MODEL, device=device)
     texts, images = _folder_pages(path, sample, seed)
-    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, neighbours, progress)
+    return _estimate_encoded(encoder, texts, images, plan)
 
 
-def _estimate_index(
-    index: Any,
-    methods: Sequence[str],
-    ratios: Sequence[float],
-    sample: int,
-    seed: int,
-    neighbours: int,
-    progress: Progress | None,
-) -> RetentionEstimate:
+@dataclass(frozen=True)
+class _Plan:
+    """What to estimate and how, the same for an index and a folder."""
+
+    methods: Sequence[str]
+    ratios: Sequence[float]
+    seed: int
+    neighbours: int
+    queries: str
+    progress: Progress | None
+
+
+def _estimate_index(index: Any, sample: int, plan: _Plan) -> RetentionEstimate:
     ids = sorted(index.store.page_ids())
     too_few(len(ids), index.path)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(plan.seed)
     picked = sorted(rng.choice(len(ids), min(sample, len(ids)), replace=False).tolist())
     records = index.store.get([ids[i] for i in picked], missing="skip")
     encoder = index.encoder
@@ -365,7 +448,7 @@ def _estimate_index(
         images = [
             index.assets.load(r.image_ref, r.metadata.get("source"), r.page_no) for r in records
         ]
-    return _estimate_encoded(encoder, texts, images, methods, ratios, seed, neighbours, progress)
+    return _estimate_encoded(encoder, texts, images, plan)
 
 
 def too_few(n_pages: int, source: Any) -> None:
@@ -429,30 +512,23 @@ def _render_pages(path: Path, page_nos: list[int]) -> list[Any]:
 
 
 def _estimate_encoded(
-    encoder: Any,
-    texts: list[str | None],
-    images: list[Any],
-    methods: Sequence[str],
-    ratios: Sequence[float],
-    seed: int,
-    neighbours: int,
-    progress: Progress | None,
+    encoder: Any, texts: list[str | None], images: list[Any], plan: _Plan
 ) -> RetentionEstimate:
     if reads_text(encoder):
-        pseudo = cloze_queries(texts, encoder, seed)
+        pseudo = cloze_queries(texts, encoder, plan.seed, plan.queries)
     else:
         pages = encoder.encode_pages(list(images), with_stats=True)
         usable = [i for i, p in enumerate(pages) if p.n_tokens > 0]
         pseudo = image_queries(
-            [pages[i] for i in usable], [texts[i] for i in usable], encoder, seed
+            [pages[i] for i in usable], [texts[i] for i in usable], encoder, plan.seed, plan.queries
         )
     return estimate_pages(
         pseudo,
-        methods,
-        ratios,
+        plan.methods,
+        plan.ratios,
         n_layers=int(encoder.n_layers),
         model_id=getattr(encoder, "model_id", None),
         encoder_name=str(getattr(encoder, "model_id", "")),
-        neighbours=neighbours,
-        progress=progress,
+        neighbours=plan.neighbours,
+        progress=plan.progress,
     )

@@ -1,38 +1,125 @@
-"""`vrag bench estimate`: the label-free retention estimate against the judged retention@10."""
+"""`vrag bench estimate`: the label-free retention estimate against the judged retention@10.
+
+Both sides are samples: the estimate of its pseudo-queries, the judged retention of the
+dataset's judged queries. So each row carries both 90% bootstrap intervals, and the method
+order is also checked on the pairs whose judged order the judged queries settle
+(``order_pairs``: paired bootstrap, P(a > b) ≥ 0.9 or ≤ 0.1)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 
 from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.retention import _Bar, _parse_window, _split_list
 
+SETTLED = 0.9
+"""A judged order counts as settled when the paired bootstrap puts it this sure or surer."""
 
-def compare(estimate: Any, measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (method, ratio): the estimate, the judged retention@10 and their difference."""
-    judged = {(r["method"], float(r["ratio"])): r for r in measured["results"]}
+
+def compare(
+    estimates: list[Any], measured: dict[str, Any], judged: dict[str, np.ndarray] | None = None
+) -> list[dict[str, Any]]:
+    """One row per (method, ratio): the estimate (the mean over ``estimates``, one per page
+    draw), the judged retention@10, their difference and, given ``judged`` per-query NDCG@10
+    (keys "uncompressed" and "method@ratio"), the judged retention's 90% bootstrap interval."""
+    truth_rows = {(r["method"], float(r["ratio"])): r for r in measured["results"]}
     rows = []
-    for row in estimate.rows:
-        truth = judged[(row.method, row.ratio)]
-        rows.append(
-            {
-                "method": row.method,
-                "ratio": row.ratio,
-                "estimated": row.estimated,
-                "measured": truth["retention@10"],
-                "error": row.estimated - truth["retention@10"],
-                "sr": row.sr,
-                "rank_agreement": row.rank_agreement,
-                "measured_sr": truth["sr"],
-                "tokens_per_doc": truth["tokens_per_doc"],
-            }
-        )
+    for at in zip(*(e.rows for e in estimates), strict=True):
+        first = at[0]
+        truth = truth_rows[(first.method, first.ratio)]
+        values = [r.estimated for r in at]
+        estimated = float(np.mean(values))
+        row = {
+            "method": first.method,
+            "ratio": first.ratio,
+            "estimated": estimated,
+            "measured": truth["retention@10"],
+            "error": estimated - truth["retention@10"],
+            "low": float(np.mean([r.low for r in at])),
+            "high": float(np.mean([r.high for r in at])),
+            "draws": values,
+            "estimated_sd": float(np.std(values)),
+            "sr": float(np.mean([r.sr for r in at])),
+            "rank_agreement": float(np.mean([r.rank_agreement for r in at])),
+            "measured_sr": truth["sr"],
+            "tokens_per_doc": truth["tokens_per_doc"],
+        }
+        if judged is not None:
+            from vrag_compress.estimate import retention_interval
+
+            low, high = retention_interval(
+                judged[f"{first.method}@{first.ratio:g}"], judged["uncompressed"]
+            )
+            row.update(
+                measured_low=low,
+                measured_high=high,
+                within_measured_interval=bool(low <= estimated <= high),
+            )
+        rows.append(row)
     return rows
+
+
+def order_pairs(
+    rows: list[dict[str, Any]], judged: dict[str, np.ndarray], seed: int = 0
+) -> list[dict[str, Any]]:
+    """Every pair of methods at each ratio: the judged difference, how sure the judged queries
+    are of its sign (paired bootstrap P(a > b)), and whether the estimate orders them alike."""
+    from vrag_compress.estimate import BOOTSTRAP
+
+    full = judged["uncompressed"]
+    draws = np.random.default_rng(seed).integers(0, len(full), (BOOTSTRAP, len(full)))
+    full_means = full[draws].mean(axis=1)
+    out = []
+    for ratio in sorted({r["ratio"] for r in rows}, reverse=True):
+        at = [r for r in rows if r["ratio"] == ratio]
+        for a, b in itertools.combinations(at, 2):
+            per_a, per_b = (judged[f"{r['method']}@{ratio:g}"] for r in (a, b))
+            boot = (per_a[draws].mean(axis=1) - per_b[draws].mean(axis=1)) / full_means
+            p_greater = float(np.mean(boot > 0))
+            out.append(
+                {
+                    "ratio": ratio,
+                    "a": a["method"],
+                    "b": b["method"],
+                    "judged_difference": a["measured"] - b["measured"],
+                    "estimated_difference": a["estimated"] - b["estimated"],
+                    "p_judged_a_better": p_greater,
+                    "settled": p_greater >= SETTLED or p_greater <= 1 - SETTLED,
+                    "agrees": (a["estimated"] > b["estimated"]) == (a["measured"] > b["measured"]),
+                }
+            )
+    return out
+
+
+def settled_order(pairs: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per ratio: whether the estimate orders every settled pair as the judged queries do."""
+    out: dict[str, bool] = {}
+    for pair in pairs:
+        key = f"{pair['ratio']:g}"
+        out[key] = out.get(key, True) and (pair["agrees"] or not pair["settled"])
+    return out
+
+
+def judged_per_query(
+    scores: dict[str, tuple[np.ndarray, list[str]]], doc_ids: list[str], qrels: dict
+) -> dict[str, np.ndarray]:
+    """Per-query judged NDCG@10 of each score matrix the retention run kept."""
+    from vrag_compress.bench.eval.metrics import per_query, top_k_run
+    from vrag_compress.bench.eval.runner import RUN_DEPTH
+
+    out = {}
+    for name, (matrix, query_ids) in scores.items():
+        run = {q: top_k_run(matrix[i], doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
+        values = per_query({q: qrels[q] for q in query_ids}, run)
+        out[name] = np.array([values.get(q, 0.0) for q in query_ids])
+    return out
 
 
 def same_order(rows: list[dict[str, Any]]) -> dict[str, bool]:
@@ -50,14 +137,19 @@ def print_rows(rows: list[dict[str, Any]], order: dict[str, bool], console) -> N
     from rich.table import Table
 
     table = Table(title="estimated vs judged retention@10")
-    for col in ("method", "ratio", "estimated", "measured", "error", "SR (pseudo)", "top-10 kept"):
+    columns = ("method", "ratio", "estimated", "measured", "judged 90% interval", "error")
+    for col in (*columns, "SR (pseudo)", "top-10 kept"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
+        interval = (
+            f"{r['measured_low']:.3f}-{r['measured_high']:.3f}" if "measured_low" in r else "-"
+        )
         table.add_row(
             r["method"],
             f"{r['ratio']:g}",
             f"{r['estimated']:.3f}",
             f"{r['measured']:.3f}",
+            interval,
             f"{r['error']:+.3f}",
             f"{r['sr']:.3f}",
             f"{r['rank_agreement']:.3f}",
@@ -76,6 +168,8 @@ def estimate(
     methods: str = typer.Option("sap uot random", help="methods, space/comma separated"),
     ratios: str = typer.Option("0.25 0.1 0.05", help="keep ratios, space/comma separated"),
     sample: int = typer.Option(400, help="corpus pages the estimate samples"),
+    draws: int = typer.Option(1, min=1, help="page samples (seeds seed, seed+1, ...) averaged"),
+    queries: str = typer.Option("lead", help="pseudo-queries: 'lead' or 'sentence'"),
     neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),
     window: str = typer.Option("auto", help="SAP window of the judged run: 'auto' or layers"),
     json_out: Path = typer.Option(..., "--json", help="write the rows here"),
@@ -86,15 +180,16 @@ def estimate(
 ) -> None:
     """Estimate retention without labels on a sample of the corpus, then measure it with the
     judgments (as `vrag bench retention`), and compare."""
-    import numpy as np
     import torch
     from rich.console import Console
 
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
     from vrag_compress.bench.paths import load_dataset_option
-    from vrag_compress.estimate import cloze_queries, estimate_pages
+    from vrag_compress.estimate import QUERY_KINDS, cloze_queries, estimate_pages
     from vrag_compress.progress import task_progress
 
+    if queries not in QUERY_KINDS:
+        raise typer.BadParameter(f"choose {' or '.join(QUERY_KINDS)}", param_hint="--queries")
     torch.set_num_threads(threads)
     console = Console(width=120)
     started = time.perf_counter()
@@ -104,36 +199,58 @@ def estimate(
     model = load_benchmark_encoder(encoder, data.kind, num_threads=threads)
     method_list, ratio_list = _split_list(methods), [float(r) for r in _split_list(ratios)]
     bar = task_progress()
+    scores: dict[str, tuple[np.ndarray, list[str]]] = {}
     with bar:
         corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))
         measured = run_retention(
-            data, corpus, method_list, ratio_list, window=_parse_window(window), seed=seed
+            data,
+            corpus,
+            method_list,
+            ratio_list,
+            window=_parse_window(window),
+            seed=seed,
+            keep_scores=lambda name, scored, ids: scores.update({name: (scored.scores, ids)}),
         )
+    judged = judged_per_query(scores, corpus.doc_ids, data.qrels)
     measured_at = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    picked = sorted(rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), False))
-    pseudo = cloze_queries([data.docs[corpus.doc_ids[i]] for i in picked], model, seed)
-    result = estimate_pages(
-        pseudo,
-        method_list,
-        ratio_list,
-        n_layers=corpus.n_layers,
-        encoder_name=corpus.model_id,
-        neighbours=neighbours,
-    )
-    rows = compare(result, measured)
+    results = []
+    for draw_seed in range(seed, seed + draws):
+        rng = np.random.default_rng(draw_seed)
+        picked = sorted(rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), False))
+        texts = [data.docs[corpus.doc_ids[i]] for i in picked]
+        results.append(
+            estimate_pages(
+                cloze_queries(texts, model, draw_seed, queries),
+                method_list,
+                ratio_list,
+                n_layers=corpus.n_layers,
+                encoder_name=corpus.model_id,
+                neighbours=neighbours,
+            )
+        )
+    result = results[0]
+    rows = compare(results, measured, judged)
     order = same_order(rows)
+    pairs = order_pairs(rows, judged, seed)
     print_rows(rows, order, console)
+    settled = settled_order(pairs)
+    console.print(
+        "same order on the pairs the judged queries settle (P >= 0.9): "
+        + ", ".join(f"γ={k}: {'yes' if v else 'no'}" for k, v in settled.items())
+    )
     out = {
         "dataset": data.name,
         "encoder": corpus.model_id,
         "rows": rows,
         "same_order": order,
+        "same_order_settled": settled,
+        "order_pairs": pairs,
         "estimate": {
             "n_pages": result.n_pages,
             "n_queries": result.n_queries,
             "query_kind": result.query_kind,
             "neighbours": neighbours,
+            "draws": draws,
             "recommendation": result.recommend(),
         },
         "measured": {"n_queries": measured["n_queries"], "window": measured["window"]},

@@ -49,7 +49,8 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
         title=f"estimated retention · {result.n_pages} pages · {result.n_queries} pseudo-queries "
         f"({result.query_kind}) · {result.encoder}"
     )
-    for col in ("method", "ratio", "vectors/page", "estimated retention@10", "SR", "top-10 kept"):
+    columns = ("method", "ratio", "vectors/page", "estimated retention@10", "90% interval")
+    for col in (*columns, "SR", "top-10 kept"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in result.rows:
         table.add_row(
@@ -57,6 +58,7 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
             f"{row.ratio:g}",
             f"{row.tokens_per_page:.1f}",
             f"{row.estimated:.3f}",
+            f"{row.low:.3f}-{row.high:.3f}",
             f"{row.sr:.3f}",
             f"{row.rank_agreement:.3f}",
         )
@@ -80,6 +82,11 @@ def estimate(
     neighbours: int = typer.Option(
         5, min=0, help="Pages nearest a pseudo-query's own page that count as partly relevant."
     ),
+    queries: str = typer.Option(
+        "lead",
+        help="Pseudo-queries: 'lead' (each page's title, heading or first sentence) or "
+        "'sentence' (a random sentence; runs low).",
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the result here."),
 ) -> None:
@@ -87,12 +94,16 @@ def estimate(
     pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import ModelNotFoundError
-    from vrag_compress.estimate import EstimateError, estimate_retention
+    from vrag_compress.estimate import QUERY_KINDS, EstimateError, estimate_retention
     from vrag_compress.index import VisualIndexError
     from vrag_compress.store import StoreError
 
     ratio_list = parse_ratios(ratios)
     method_list = check_methods(methods)
+    if queries not in QUERY_KINDS:
+        raise typer.BadParameter(
+            f"choose {' or '.join(QUERY_KINDS)}, got {queries!r}", param_hint="--queries"
+        )
     if not source.exists():
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
     try:
@@ -105,6 +116,7 @@ def estimate(
             model=model,
             device=device,
             neighbours=neighbours,
+            queries=queries,
         )
     except (
         EstimateError,

@@ -167,7 +167,7 @@ class CoverageSAPCompressor(SAPCompressor):
 
     name: ClassVar[str] = "sap-auto"
 
-    alpha: float = 0.5
+    alpha: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()

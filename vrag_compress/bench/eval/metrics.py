@@ -32,6 +32,21 @@ def evaluate(
     return {name: float(value) for name, value in scores.items()}
 
 
+def per_query(
+    qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metric: str = "ndcg@10"
+) -> dict[str, float]:
+    """One metric for each judged query of the run (the values `evaluate` averages)."""
+    from ranx import Qrels, Run
+    from ranx import evaluate as ranx_evaluate
+
+    judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if q in run}
+    ranked = Run(run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranx_evaluate(Qrels(judged), ranked, [metric], make_comparable=True)
+    return {q: float(v) for q, v in ranked.scores[metric].items()}
+
+
 class DocMatrix:
     """All documents' vectors concatenated, for exact MaxSim of a query against every document
     at once (matrix product + ``np.maximum.reduceat``) instead of a per-document loop."""
