@@ -30,6 +30,8 @@ def test_every_plot_writes_a_png(tmp_path: Path) -> None:
     estimate = [
         {"method": "sap", "ratio": 0.1, "estimated": 0.9, "measured": 0.92},
         {"method": "uot", "ratio": 0.05, "estimated": 0.95, "measured": 0.93},
+        {"method": "uot", "ratio": 0.1, "estimated": 0.96, "measured": 0.99}
+        | {"low": 0.94, "high": 0.97, "measured_low": 0.95, "measured_high": 1.02},
     ]
     fusions = [{"alpha": None, "ndcg@10": 0.4}, {"alpha": 0.3, "ndcg@10": 0.42}]
     hybrid = {

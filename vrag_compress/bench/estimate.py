@@ -265,5 +265,7 @@ def estimate(
     if plot is not None:
         from vrag_compress.bench.eval.plot import plot_estimate
 
-        title = f"{data.name} · {corpus.model_id} · {result.n_queries} pseudo-queries"
+        title = f"{data.name} · {corpus.model_id} · {result.n_queries} {queries} pseudo-queries"
+        if draws > 1:
+            title += f" · mean of {draws} page samples"
         console.print(f"wrote {plot_estimate(rows, plot, title)}")

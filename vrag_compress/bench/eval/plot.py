@@ -69,7 +69,8 @@ def plot_sr_curve(curve: list[float], window: list[int], out_png: str | Path, ti
 
 def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -> Path:
     """Estimated against judged retention@10, one marker per (method, ratio), with the ±0.03
-    band around the diagonal."""
+    band around the diagonal and, where the rows carry them, both 90% intervals as error bars
+    (judged: horizontal, estimate: vertical)."""
     fig, ax = new_figure((5.5, 5))
     values = [r["estimated"] for r in rows] + [r["measured"] for r in rows]
     low, high = min(values) - 0.03, max(values) + 0.03
@@ -80,12 +81,19 @@ def plot_estimate(rows: list[dict[str, Any]], out_png: str | Path, title: str) -
         at = [r for r in rows if r["method"] == method]
         line = ax.scatter([r["measured"] for r in at], [r["estimated"] for r in at], label=method)
         for r in at:
-            ax.scatter(
-                r["measured"],
-                r["estimated"],
-                marker=markers[r["ratio"]],
-                color=line.get_facecolor()[0],
-            )
+            colour = line.get_facecolor()[0]
+            ax.scatter(r["measured"], r["estimated"], marker=markers[r["ratio"]], color=colour)
+            if "measured_low" in r and "low" in r:
+                x, y = r["measured"], r["estimated"]
+                ax.errorbar(
+                    x,
+                    y,
+                    xerr=[[x - r["measured_low"]], [r["measured_high"] - x]],
+                    yerr=[[y - r["low"]], [r["high"] - y]],
+                    color=colour,
+                    alpha=0.35,
+                    linewidth=0.8,
+                )
             ax.annotate(
                 f"{r['ratio']:g}",
                 (r["measured"], r["estimated"]),
