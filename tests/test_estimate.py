@@ -56,7 +56,7 @@ def test_the_lead_is_the_first_heading_or_sentence_that_is_not_a_running_head():
     running_head = "Federal Register / Vol. 80, No. 4"
     texts = [
         f"{running_head}\nWing flutter at transonic speed\nBody text about flutter. More text.",
-        f"{running_head}\n12\nHeat transfer in laminar boundary layers. Body text here.",
+        f"{running_head}\n- 12 -\nHeat transfer in laminar boundary layers. Body text here.",
         "experimental study of a wing . the results were intended as a basis . tail text .",
         " ".join(["word"] * 40) + ". A second sentence follows here.",  # opens with body text
         "One unit only, no lead to take out of it",
@@ -66,7 +66,7 @@ def test_the_lead_is_the_first_heading_or_sentence_that_is_not_a_running_head():
         "Wing flutter at transonic speed",
         f"{running_head} Body text about flutter. More text.",
     )
-    assert splits[1][0] == "Heat transfer in laminar boundary layers."  # "12" is too short
+    assert splits[1][0] == "Heat transfer in laminar boundary layers."  # "- 12 -": no words
     assert splits[2][0] == "experimental study of a wing ."  # Cranfield: the title
     assert splits[3] is None and splits[4] is None
 

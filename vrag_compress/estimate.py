@@ -49,7 +49,7 @@ DEFAULT_METHODS = ("sap", "uot", "random")
 DEFAULT_RATIOS = (0.25, 0.1, 0.05)
 DEFAULT_SAMPLE = 300
 MIN_SENTENCE_WORDS = 6
-LEAD_WORDS = (3, 30)
+LEAD_WORDS = (2, 30)
 QUERY_KINDS = ("lead", "sentence")
 DEFAULT_QUERY_KIND = "lead"
 SPAN_TOKENS = 12
@@ -143,17 +143,17 @@ TEXT_UNIT = re.compile(r"(?<=[.?!])\s+|\s*\n\s*")
 def lead_splits(texts: Sequence[str | None]) -> list[tuple[str, str] | None]:
     """(each page's lead, the text without it), or None where a page has no lead.
 
-    A page's units are its lines and sentences. Its lead is the first unit of at least 3 words
-    that no other page in ``texts`` also has (running heads and footers are skipped), when that
-    unit has at most 30 words (longer: the page opens with body text, no heading) and is not
-    the page's only unit."""
+    A page's units are its lines and sentences. Its lead is the first unit of at least 2 words
+    with letters (page numbers such as "- 41 -" are no lead) that no other page in ``texts``
+    also has (running heads and footers are skipped), when that unit has at most 30 words
+    (longer: the page opens with body text, no heading) and is not the page's only unit."""
     low, high = LEAD_WORDS
     per_page = [[u.strip() for u in TEXT_UNIT.split(t or "") if u.strip()] for t in texts]
     seen = Counter(u.casefold() for units in per_page for u in set(units))
     out: list[tuple[str, str] | None] = []
     for units in per_page:
         first = next(
-            (i for i, u in enumerate(units) if len(u.split()) >= low and seen[u.casefold()] == 1),
+            (i for i, u in enumerate(units) if _lettered(u) >= low and seen[u.casefold()] == 1),
             None,
         )
         if first is None or len(units) < 2 or len(units[first].split()) > high:
@@ -161,6 +161,11 @@ def lead_splits(texts: Sequence[str | None]) -> list[tuple[str, str] | None]:
             continue
         out.append((units[first], " ".join(units[:first] + units[first + 1 :])))
     return out
+
+
+def _lettered(unit: str) -> int:
+    """The number of words in ``unit`` that contain a letter."""
+    return sum(any(c.isalpha() for c in word) for word in unit.split())
 
 
 def pseudo_splits(
