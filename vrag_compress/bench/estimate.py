@@ -27,8 +27,9 @@ def compare(
     estimates: list[Any], measured: dict[str, Any], judged: dict[str, np.ndarray] | None = None
 ) -> list[dict[str, Any]]:
     """One row per (method, ratio): the estimate (the mean over ``estimates``, one per page
-    draw), the judged retention@10, their difference and, given ``judged`` per-query NDCG@10
-    (keys "uncompressed" and "method@ratio"), the judged retention's 90% bootstrap interval."""
+    draw, each in ``draws``; ``low``/``high`` average the draws' 90% intervals), the judged
+    retention@10, their difference and, given ``judged`` per-query NDCG@10 (keys
+    "uncompressed" and "method@ratio"), the judged retention's 90% bootstrap interval."""
     truth_rows = {(r["method"], float(r["ratio"])): r for r in measured["results"]}
     rows = []
     for at in zip(*(e.rows for e in estimates), strict=True):
