@@ -19,6 +19,7 @@ from vrag_compress.estimate import (
     cloze_split,
     estimate_pages,
     estimate_retention,
+    image_queries,
     lead_splits,
     pseudo_splits,
     retention_interval,
@@ -73,11 +74,38 @@ def test_the_lead_is_the_first_heading_or_sentence_that_is_not_a_running_head():
 
 def test_pages_without_a_lead_fall_back_to_a_random_sentence():
     text = " ".join(["word"] * 40) + ". The boundary layer separates at high mach numbers here."
-    rng = np.random.default_rng(0)
-    assert pseudo_splits([text], "lead", rng) == pseudo_splits([text], "sentence", rng)
-    assert pseudo_splits([text], "lead", rng)[0] is not None
+    lead = pseudo_splits([text], "lead", np.random.default_rng(0))
+    assert lead == pseudo_splits([text], "sentence", np.random.default_rng(0))
+    assert lead[0] == (
+        "The boundary layer separates at high mach numbers here.",
+        " ".join(["word"] * 40) + ".",
+    )
     with pytest.raises(EstimateError, match="query kind"):
-        pseudo_splits([text], "title", rng)
+        pseudo_splits([text], "title", np.random.default_rng(0))
+
+
+def test_a_lead_leaves_something_of_the_page_to_find_and_goes_out_whole():
+    slides = ["ACME Corp\nQuarterly revenue overview\n- 3 -", "ACME Corp\nHiring plan 2025\n- 4 -"]
+    assert lead_splits(slides) == [None, None]  # only the shared head and a page number left
+    doubled = ["Wing flutter\nWing flutter\nBody text about wings.", "Other page\nMore words here"]
+    assert lead_splits(doubled)[0] == ("Wing flutter", "Body text about wings.")
+
+
+class _Queries:
+    """An encoder stand-in for `image_queries`: one random vector per query text."""
+
+    def encode_queries(self, texts):  # noqa: ANN001, ANN201
+        rng = np.random.default_rng(len(texts))
+        return [rng.standard_normal((3, 24)).astype(np.float32) for _ in texts]
+
+
+def test_pages_without_a_lead_are_counted_and_reported():
+    texts = [f"Heading {i} of this page\nBody sentence {i} is long enough here." for i in range(6)]
+    texts[0] = " ".join(["word"] * 40) + ". The boundary layer separates at high mach numbers."
+    pseudo = image_queries(pages(n_pages=6), texts, _Queries())  # type: ignore[arg-type]
+    assert pseudo.kind == "lead" and len(pseudo.queries) == 6 and pseudo.fallbacks == 1
+    result = estimate_pages(pseudo, ["random"], [0.5])
+    assert result.fallback_queries == 1 and "1 of 6 pseudo-queries" in result.notes[0]
 
 
 def test_retention_interval_brackets_the_ratio_of_means():
@@ -87,6 +115,8 @@ def test_retention_interval_brackets_the_ratio_of_means():
     low, high = retention_interval(compressed, full)
     assert low < compressed.mean() / full.mean() < high and high - low < 0.05
     assert retention_interval(full, full) == (1.0, 1.0)
+    assert all(np.isnan(retention_interval(full[:1], full[:1])))  # one query: no interval
+    assert all(np.isnan(retention_interval(full * 0, full * 0)))  # nothing found at all
 
 
 def test_token_span_queries_remove_the_span_from_their_page():

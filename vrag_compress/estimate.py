@@ -72,6 +72,7 @@ class PseudoQueries:
     queries: list[np.ndarray]
     sources: list[int]
     kind: str  # "lead" / "sentence" (inverse cloze on the page text) or "tokens" (page spans)
+    fallbacks: int = 0  # "lead" queries that are random sentences (their page had no lead)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class RetentionEstimate:
     encoder: str
     tokens_per_page_full: float
     notes: list[str] = field(default_factory=list)
+    fallback_queries: int = 0
 
     def recommend(self, target: float = 0.97) -> str:
         """The smallest ratio (then the best method) whose estimate keeps ``target``."""
@@ -143,23 +145,24 @@ TEXT_UNIT = re.compile(r"(?<=[.?!])\s+|\s*\n\s*")
 def lead_splits(texts: Sequence[str | None]) -> list[tuple[str, str] | None]:
     """(each page's lead, the text without it), or None where a page has no lead.
 
-    A page's units are its lines and sentences. Its lead is the first unit of at least 2 words
-    with letters (page numbers such as "- 41 -" are no lead) that no other page in ``texts``
-    also has (running heads and footers are skipped), when that unit has at most 30 words
-    (longer: the page opens with body text, no heading) and is not the page's only unit."""
+    A page's units are its lines and sentences; a unit that another page in ``texts`` also has
+    (a running head, a footer) is shared, the others are the page's own. Its lead is its first
+    own unit of at least 2 words with letters (page numbers such as "- 41 -" are no lead), when
+    that unit has at most 30 words (longer: the page opens with body text, no heading) and
+    another own unit of 2 such words is left to find the page by. Every copy of the lead is
+    taken out of the page."""
     low, high = LEAD_WORDS
     per_page = [[u.strip() for u in TEXT_UNIT.split(t or "") if u.strip()] for t in texts]
     seen = Counter(u.casefold() for units in per_page for u in set(units))
     out: list[tuple[str, str] | None] = []
     for units in per_page:
-        first = next(
-            (i for i, u in enumerate(units) if _lettered(u) >= low and seen[u.casefold()] == 1),
-            None,
-        )
-        if first is None or len(units) < 2 or len(units[first].split()) > high:
+        own = [u for u in units if _lettered(u) >= low and seen[u.casefold()] == 1]
+        lead = own[0] if own else None
+        rest = [u for u in units if lead is None or u.casefold() != lead.casefold()]
+        if lead is None or len(lead.split()) > high or not any(u in own for u in rest):
             out.append(None)
             continue
-        out.append((units[first], " ".join(units[:first] + units[first + 1 :])))
+        out.append((lead, " ".join(rest)))
     return out
 
 
@@ -177,6 +180,14 @@ def pseudo_splits(
         raise EstimateError(f"query kind must be one of {', '.join(QUERY_KINDS)}, got {kind!r}")
     leads = lead_splits(texts) if kind == "lead" else [None] * len(texts)
     return [lead or cloze_split(t, rng) for lead, t in zip(leads, texts, strict=True)]
+
+
+def _fallbacks(texts: Sequence[str | None], kind: str, asked: Sequence[int]) -> int:
+    """How many of the ``asked`` pages got a random sentence for want of a lead."""
+    if kind != "lead":
+        return 0
+    leads = lead_splits(texts)
+    return sum(leads[i] is None for i in asked)
 
 
 def token_span_queries(
@@ -236,7 +247,11 @@ def cloze_queries(
     asked = [i for i in pool_index if splits[i] is not None]
     vectors = encoder.encode_queries([splits[i][0] for i in asked]) if asked else []  # type: ignore[index]
     return PseudoQueries(
-        [encoded[i] for i in pool_index], list(vectors), [position[i] for i in asked], kind
+        [encoded[i] for i in pool_index],
+        list(vectors),
+        [position[i] for i in asked],
+        kind,
+        _fallbacks(texts, kind, asked),
     )
 
 
@@ -255,7 +270,7 @@ def image_queries(
     if len(asked) < max(1, len(pages) // 2):
         return token_span_queries(pages, rng)
     vectors = encoder.encode_queries([splits[i][0] for i in asked])  # type: ignore[index]
-    return PseudoQueries(list(pages), list(vectors), asked, kind)
+    return PseudoQueries(list(pages), list(vectors), asked, kind, _fallbacks(texts, kind, asked))
 
 
 # ------------------------------------------------------------------------------ the estimate
@@ -302,12 +317,15 @@ def retention_interval(
 ) -> tuple[float, float]:
     """Bootstrap interval (``level``) of mean(compressed) / mean(full) over paired per-query
     values: how far another draw of as many queries could move the retention."""
+    if len(full) < 2 or not (full > 0).any():
+        return math.nan, math.nan  # one query, or nothing relevant found: no interval to give
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(full), (BOOTSTRAP, len(full)))
     means = full[draws].mean(axis=1)
-    ratios = compressed[draws].mean(axis=1) / np.where(means > 0, means, np.nan)
+    usable = means > 0  # a resample of only zero-NDCG queries has no ratio
+    ratios = compressed[draws[usable]].mean(axis=1) / means[usable]
     tail = (1.0 - level) / 2
-    low, high = np.nanquantile(ratios, [tail, 1.0 - tail])
+    low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(low), float(high)
 
 
@@ -376,7 +394,18 @@ def estimate_pages(
         query_kind=pseudo.kind,
         encoder=encoder_name,
         tokens_per_page_full=float(np.mean([p.n_tokens for p in pseudo.pages])),
+        notes=_fallback_note(pseudo),
+        fallback_queries=pseudo.fallbacks,
     )
+
+
+def _fallback_note(pseudo: PseudoQueries) -> list[str]:
+    if not pseudo.fallbacks:
+        return []
+    return [
+        f"{pseudo.fallbacks} of {len(pseudo.queries)} pseudo-queries are random sentences: "
+        "their pages have no lead (title, heading or first sentence of their own)"
+    ]
 
 
 # ------------------------------------------------------------------------- index or folder

@@ -3,7 +3,7 @@
 Both sides are samples: the estimate of its pseudo-queries, the judged retention of the
 dataset's judged queries. So each row carries both 90% bootstrap intervals, and the method
 order is also checked on the pairs whose judged order the judged queries settle
-(``order_pairs``: paired bootstrap, P(a > b) ≥ 0.9 or ≤ 0.1)."""
+(``order_pairs``: paired bootstrap, P(a > b) ≥ 0.9 or P(b > a) ≥ 0.9)."""
 
 from __future__ import annotations
 
@@ -20,35 +20,39 @@ from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.retention import _Bar, _parse_window, _split_list
 
 SETTLED = 0.9
-"""A judged order counts as settled when the paired bootstrap puts it this sure or surer."""
+"""A judged order counts as settled when the paired bootstrap puts one side of it ahead in
+this share of resamples or more (resamples where the two tie count for neither)."""
 
 
 def compare(
-    estimates: list[Any], measured: dict[str, Any], judged: dict[str, np.ndarray] | None = None
+    estimates: list[Any],
+    measured: dict[str, Any],
+    judged: dict[str, np.ndarray] | None = None,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per (method, ratio): the estimate (the mean over ``estimates``, one per page
     draw, each in ``draws``; ``low``/``high`` average the draws' 90% intervals), the judged
     retention@10, their difference and, given ``judged`` per-query NDCG@10 (keys
     "uncompressed" and "method@ratio"), the judged retention's 90% bootstrap interval."""
     truth_rows = {(r["method"], float(r["ratio"])): r for r in measured["results"]}
+    per_draw = list(zip(*(e.rows for e in estimates), strict=True))
     rows = []
-    for at in zip(*(e.rows for e in estimates), strict=True):
-        first = at[0]
-        truth = truth_rows[(first.method, first.ratio)]
+    for mean, at in zip(averaged(estimates).rows, per_draw, strict=True):
+        truth = truth_rows[(mean.method, mean.ratio)]
         values = [r.estimated for r in at]
-        estimated = float(np.mean(values))
+        estimated = mean.estimated
         row = {
-            "method": first.method,
-            "ratio": first.ratio,
+            "method": mean.method,
+            "ratio": mean.ratio,
             "estimated": estimated,
             "measured": truth["retention@10"],
             "error": estimated - truth["retention@10"],
-            "low": float(np.mean([r.low for r in at])),
-            "high": float(np.mean([r.high for r in at])),
+            "low": mean.low,
+            "high": mean.high,
             "draws": values,
-            "estimated_sd": float(np.std(values)),
-            "sr": float(np.mean([r.sr for r in at])),
-            "rank_agreement": float(np.mean([r.rank_agreement for r in at])),
+            "estimated_sd": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "sr": mean.sr,
+            "rank_agreement": mean.rank_agreement,
             "measured_sr": truth["sr"],
             "tokens_per_doc": truth["tokens_per_doc"],
         }
@@ -56,7 +60,7 @@ def compare(
             from vrag_compress.estimate import retention_interval
 
             low, high = retention_interval(
-                judged[f"{first.method}@{first.ratio:g}"], judged["uncompressed"]
+                judged[f"{mean.method}@{mean.ratio:g}"], judged["uncompressed"], seed
             )
             row.update(
                 measured_low=low,
@@ -65,6 +69,27 @@ def compare(
             )
         rows.append(row)
     return rows
+
+
+def averaged(estimates: list[Any]) -> Any:
+    """One estimate from several page draws: each row's numbers averaged (the recommendation
+    then speaks for the mean); pages and queries are the first draw's counts."""
+    from dataclasses import replace
+
+    from vrag_compress.estimate import EstimateRow
+
+    rows = [
+        EstimateRow(
+            method=at[0].method,
+            ratio=at[0].ratio,
+            **{
+                name: float(np.mean([getattr(r, name) for r in at]))
+                for name in ("estimated", "low", "high", "sr", "rank_agreement", "tokens_per_page")
+            },
+        )
+        for at in zip(*(e.rows for e in estimates), strict=True)
+    ]
+    return replace(estimates[0], rows=rows)
 
 
 def order_pairs(
@@ -83,7 +108,7 @@ def order_pairs(
         for a, b in itertools.combinations(at, 2):
             per_a, per_b = (judged[f"{r['method']}@{ratio:g}"] for r in (a, b))
             boot = (per_a[draws].mean(axis=1) - per_b[draws].mean(axis=1)) / full_means
-            p_greater = float(np.mean(boot > 0))
+            p_greater, p_less = float(np.mean(boot > 0)), float(np.mean(boot < 0))
             out.append(
                 {
                     "ratio": ratio,
@@ -92,7 +117,9 @@ def order_pairs(
                     "judged_difference": a["measured"] - b["measured"],
                     "estimated_difference": a["estimated"] - b["estimated"],
                     "p_judged_a_better": p_greater,
-                    "settled": p_greater >= SETTLED or p_greater <= 1 - SETTLED,
+                    "p_judged_b_better": p_less,
+                    # ties count for neither side; 1e-9 keeps P = 0.9 itself settled
+                    "settled": max(p_greater, p_less) >= SETTLED - 1e-9,
                     "agrees": (a["estimated"] > b["estimated"]) == (a["measured"] > b["measured"]),
                 }
             )
@@ -108,19 +135,16 @@ def settled_order(pairs: list[dict[str, Any]]) -> dict[str, bool]:
     return out
 
 
-def judged_per_query(
-    scores: dict[str, tuple[np.ndarray, list[str]]], doc_ids: list[str], qrels: dict
-) -> dict[str, np.ndarray]:
-    """Per-query judged NDCG@10 of each score matrix the retention run kept."""
+def judged_ndcg(matrix: np.ndarray, query_ids: list[str], doc_ids: list[str], qrels: dict):
+    """Per-query judged NDCG@10 of one score matrix [n_queries, n_docs]."""
     from vrag_compress.bench.eval.metrics import per_query, top_k_run
     from vrag_compress.bench.eval.runner import RUN_DEPTH
 
-    out = {}
-    for name, (matrix, query_ids) in scores.items():
-        run = {q: top_k_run(matrix[i], doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
-        values = per_query({q: qrels[q] for q in query_ids}, run)
-        out[name] = np.array([values.get(q, 0.0) for q in query_ids])
-    return out
+    run = {q: top_k_run(matrix[i], doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
+    values = per_query({q: qrels[q] for q in query_ids}, run)
+    if set(values) != set(query_ids):
+        raise ValueError(f"{len(set(query_ids) - set(values))} queries have no judged NDCG@10")
+    return np.array([values[q] for q in query_ids])
 
 
 def same_order(rows: list[dict[str, Any]]) -> dict[str, bool]:
@@ -200,7 +224,11 @@ def estimate(
     model = load_benchmark_encoder(encoder, data.kind, num_threads=threads)
     method_list, ratio_list = _split_list(methods), [float(r) for r in _split_list(ratios)]
     bar = task_progress()
-    scores: dict[str, tuple[np.ndarray, list[str]]] = {}
+    judged: dict[str, np.ndarray] = {}
+
+    def keep_ndcg(name: str, scored: Any, ids: list[str]) -> None:
+        judged[name] = judged_ndcg(scored.scores, ids, corpus.doc_ids, data.qrels)
+
     with bar:
         corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))
         measured = run_retention(
@@ -210,9 +238,8 @@ def estimate(
             ratio_list,
             window=_parse_window(window),
             seed=seed,
-            keep_scores=lambda name, scored, ids: scores.update({name: (scored.scores, ids)}),
+            keep_scores=keep_ndcg,
         )
-    judged = judged_per_query(scores, corpus.doc_ids, data.qrels)
     measured_at = time.perf_counter()
     results = []
     for draw_seed in range(seed, seed + draws):
@@ -229,8 +256,8 @@ def estimate(
                 neighbours=neighbours,
             )
         )
-    result = results[0]
-    rows = compare(results, measured, judged)
+    result = averaged(results)
+    rows = compare(results, measured, judged, seed)
     order = same_order(rows)
     pairs = order_pairs(rows, judged, seed)
     print_rows(rows, order, console)
@@ -249,6 +276,8 @@ def estimate(
         "estimate": {
             "n_pages": result.n_pages,
             "n_queries": result.n_queries,
+            "n_queries_per_draw": [r.n_queries for r in results],
+            "fallback_queries_per_draw": [r.fallback_queries for r in results],
             "query_kind": result.query_kind,
             "neighbours": neighbours,
             "draws": draws,

@@ -63,6 +63,8 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
             f"{row.rank_agreement:.3f}",
         )
     console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}")
     console.print(result.recommend(target))
 
 

@@ -40,6 +40,8 @@ def per_query(
     from ranx import evaluate as ranx_evaluate
 
     judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if q in run}
+    if not judged:
+        raise ValueError("no query of the run has relevance judgments")
     ranked = Run(run)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
