@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vrag_compress.bench.eval.metrics import evaluate, per_query, top_k_run
+from vrag_compress.bench.eval.metrics import evaluate, evaluate_queries, top_k_run
 from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.scoring import maxsim
 
@@ -35,7 +35,7 @@ def test_toy_ranking_by_hand() -> None:
 
 def test_per_query_values_are_what_evaluate_averages() -> None:
     q1 = (1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3))
-    got = per_query(QRELS, RUN)
+    got = evaluate_queries(QRELS, RUN, ["ndcg@10"])[1]["ndcg@10"]
     assert got == pytest.approx({"q1": q1, "q2": 1 / math.log2(3)})
     assert np.mean(list(got.values())) == pytest.approx(evaluate(QRELS, RUN)["ndcg@10"])
 

@@ -135,18 +135,6 @@ def settled_order(pairs: list[dict[str, Any]]) -> dict[str, bool]:
     return out
 
 
-def judged_ndcg(matrix: np.ndarray, query_ids: list[str], doc_ids: list[str], qrels: dict):
-    """Per-query judged NDCG@10 of one score matrix [n_queries, n_docs]."""
-    from vrag_compress.bench.eval.metrics import per_query, top_k_run
-    from vrag_compress.bench.eval.runner import RUN_DEPTH
-
-    run = {q: top_k_run(matrix[i], doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
-    values = per_query({q: qrels[q] for q in query_ids}, run)
-    if set(values) != set(query_ids):
-        raise ValueError(f"{len(set(query_ids) - set(values))} queries have no judged NDCG@10")
-    return np.array([values[q] for q in query_ids])
-
-
 def same_order(rows: list[dict[str, Any]]) -> dict[str, bool]:
     """Per ratio: whether the estimate ranks the methods as the judged retention@10 does."""
     out = {}
@@ -227,7 +215,7 @@ def estimate(
     judged: dict[str, np.ndarray] = {}
 
     def keep_ndcg(name: str, scored: Any, ids: list[str]) -> None:
-        judged[name] = judged_ndcg(scored.scores, ids, corpus.doc_ids, data.qrels)
+        judged[name] = np.array([scored.per_query["ndcg@10"][q] for q in ids])
 
     with bar:
         corpus = encode_corpus(data, model, cache_dir=cache_dir, progress=_Bar(bar))

@@ -18,24 +18,16 @@ def evaluate(
     metrics: Sequence[str] = METRICS,
 ) -> dict[str, float]:
     """Mean metrics over the run's queries (queries missing from the run score 0)."""
-    from ranx import Qrels, Run
-    from ranx import evaluate as ranx_evaluate
-
-    judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if q in run}
-    if not judged:
-        raise ValueError("no query of the run has relevance judgments")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numba's uint64 -> int64 cast notice
-        scores = ranx_evaluate(Qrels(judged), Run(run), list(metrics), make_comparable=True)
-    if isinstance(scores, float):
-        scores = {metrics[0]: scores}
-    return {name: float(value) for name, value in scores.items()}
+    return evaluate_queries(qrels, run, metrics)[0]
 
 
-def per_query(
-    qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metric: str = "ndcg@10"
-) -> dict[str, float]:
-    """One metric for each judged query of the run (the values `evaluate` averages)."""
+def evaluate_queries(
+    qrels: dict[str, dict[str, int]],
+    run: dict[str, dict[str, float]],
+    metrics: Sequence[str] = METRICS,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(mean metrics, each metric for each judged query of the run) from one ranx evaluation:
+    the per-query values are the ones the means average."""
     from ranx import Qrels, Run
     from ranx import evaluate as ranx_evaluate
 
@@ -44,9 +36,12 @@ def per_query(
         raise ValueError("no query of the run has relevance judgments")
     ranked = Run(run)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ranx_evaluate(Qrels(judged), ranked, [metric], make_comparable=True)
-    return {q: float(v) for q, v in ranked.scores[metric].items()}
+        warnings.simplefilter("ignore")  # numba's uint64 -> int64 cast notice
+        scores = ranx_evaluate(Qrels(judged), ranked, list(metrics), make_comparable=True)
+    if isinstance(scores, float):
+        scores = {metrics[0]: scores}
+    per_query = {name: {q: float(v) for q, v in ranked.scores[name].items()} for name in scores}
+    return {name: float(value) for name, value in scores.items()}, per_query
 
 
 class DocMatrix:

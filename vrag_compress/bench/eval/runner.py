@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from vrag_compress.beir import BeirDataset, DatasetError, split_queries
-from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate, top_k_run
+from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate_queries, top_k_run
 from vrag_compress.compress import parse_method_spec
 from vrag_compress.compress.base import CompressionError, Compressor
 from vrag_compress.encoders.base import PageEncoding
@@ -231,6 +231,7 @@ class Scored:
 
     scores: np.ndarray  # [n_queries, n_docs]
     metrics: dict[str, float]
+    per_query: dict[str, dict[str, float]]  # metric -> query id -> value
 
 
 def score_and_evaluate(
@@ -241,7 +242,7 @@ def score_and_evaluate(
 ) -> Scored:
     scores = score_all([corpus.queries[q] for q in query_ids], docs)
     run = {q: top_k_run(scores[i], corpus.doc_ids, RUN_DEPTH) for i, q in enumerate(query_ids)}
-    return Scored(scores, evaluate(qrels, run, METRICS))
+    return Scored(scores, *evaluate_queries(qrels, run, METRICS))
 
 
 def mean_score_retention(
