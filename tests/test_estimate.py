@@ -74,8 +74,8 @@ def test_the_lead_is_the_first_heading_or_sentence_that_is_not_a_running_head():
 
 def test_pages_without_a_lead_fall_back_to_a_random_sentence():
     text = " ".join(["word"] * 40) + ". The boundary layer separates at high mach numbers here."
-    lead = pseudo_splits([text], "lead", np.random.default_rng(0))
-    assert lead == pseudo_splits([text], "sentence", np.random.default_rng(0))
+    lead = pseudo_splits([text], "lead", np.random.default_rng(0))[0]
+    assert lead == pseudo_splits([text], "sentence", np.random.default_rng(0))[0]
     assert lead[0] == (
         "The boundary layer separates at high mach numbers here.",
         " ".join(["word"] * 40) + ".",

@@ -173,21 +173,17 @@ def _lettered(unit: str) -> int:
 
 def pseudo_splits(
     texts: Sequence[str | None], kind: str, rng: np.random.Generator
-) -> list[tuple[str, str] | None]:
+) -> tuple[list[tuple[str, str] | None], set[int]]:
     """(query text, page text without it) per page: its lead (``kind="lead"``; pages without
-    one fall back to a random sentence) or a random sentence (``kind="sentence"``)."""
+    one fall back to a random sentence) or a random sentence (``kind="sentence"``); and the
+    pages that fell back."""
     if kind not in QUERY_KINDS:
         raise EstimateError(f"query kind must be one of {', '.join(QUERY_KINDS)}, got {kind!r}")
-    leads = lead_splits(texts) if kind == "lead" else [None] * len(texts)
-    return [lead or cloze_split(t, rng) for lead, t in zip(leads, texts, strict=True)]
-
-
-def _fallbacks(texts: Sequence[str | None], kind: str, asked: Sequence[int]) -> int:
-    """How many of the ``asked`` pages got a random sentence for want of a lead."""
-    if kind != "lead":
-        return 0
+    if kind == "sentence":
+        return [cloze_split(t, rng) for t in texts], set()
     leads = lead_splits(texts)
-    return sum(leads[i] is None for i in asked)
+    fell_back = {i for i, lead in enumerate(leads) if lead is None}
+    return [lead or cloze_split(t, rng) for lead, t in zip(leads, texts, strict=True)], fell_back
 
 
 def token_span_queries(
@@ -239,7 +235,7 @@ def cloze_queries(
 ) -> PseudoQueries:
     """Inverse-cloze pseudo-queries for a text encoder: pages whose text splits become
     (lead or sentence -> page without it, see `pseudo_splits`); the others join the pool whole."""
-    splits = pseudo_splits(texts, kind, np.random.default_rng(seed))
+    splits, fell_back = pseudo_splits(texts, kind, np.random.default_rng(seed))
     docs = [s[1] if s else (t or "") for s, t in zip(splits, texts, strict=True)]
     encoded = encode_texts(encoder, docs)
     pool_index = [i for i, e in enumerate(encoded) if e.n_tokens > 0]
@@ -251,7 +247,7 @@ def cloze_queries(
         list(vectors),
         [position[i] for i in asked],
         kind,
-        _fallbacks(texts, kind, asked),
+        len(fell_back.intersection(asked)),
     )
 
 
@@ -265,12 +261,13 @@ def image_queries(
     """Page images: the lead or a sentence of the page's text layer as the query (the image
     cannot lose it), else a span of the page's own tokens."""
     rng = np.random.default_rng(seed)
-    splits = pseudo_splits(texts, kind, rng)
+    splits, fell_back = pseudo_splits(texts, kind, rng)
     asked = [i for i, s in enumerate(splits) if s is not None]
     if len(asked) < max(1, len(pages) // 2):
         return token_span_queries(pages, rng)
     vectors = encoder.encode_queries([splits[i][0] for i in asked])  # type: ignore[index]
-    return PseudoQueries(list(pages), list(vectors), asked, kind, _fallbacks(texts, kind, asked))
+    fallbacks = len(fell_back.intersection(asked))
+    return PseudoQueries(list(pages), list(vectors), asked, kind, fallbacks)
 
 
 # ------------------------------------------------------------------------------ the estimate
