@@ -491,14 +491,16 @@ class VisualIndex:
             "staged_vectors": store.staged_vectors() if isinstance(store, LocalStore) else 0,
         }
 
-    def optimize(self, *, codes: str | None = None, retrain: bool = False) -> dict[str, Any]:
+    def optimize(
+        self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
+    ) -> dict[str, Any]:
         """Compact the store and (re)train its candidate index; returns the index's parameters
-        (``retrain``: see `LocalStore.optimize`, for stores without fp16 vectors)."""
+        (``retrain`` and ``recall_target``: see `LocalStore.optimize`)."""
         if not isinstance(self.store, OptimizableStore):
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        details = self.store.optimize(codes=codes, retrain=retrain)
+        details = self.store.optimize(codes=codes, retrain=retrain, recall_target=recall_target)
         self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
         return details
 

@@ -100,9 +100,22 @@ def load_pool(
     source: Path, dim: int, cache_dir: Path | None, *, seed: int = 0, clusters: int = POOL_CLUSTERS
 ) -> TokenPool:
     """Encode (or load) the corpus and cluster its tokens for resampling."""
+    tokens, doc_bounds, queries = encode_corpus(source, dim, cache_dir, seed=seed)
+    return pool_of(tokens, doc_bounds, queries, seed=seed, clusters=clusters)
+
+
+def pool_of(
+    tokens: np.ndarray,
+    doc_bounds: np.ndarray,
+    queries: list[np.ndarray],
+    *,
+    seed: int = 0,
+    clusters: int = POOL_CLUSTERS,
+) -> TokenPool:
+    """Cluster a corpus's unit token vectors for resampling (any source: encoded or synthetic)."""
     import faiss
 
-    tokens, doc_bounds, queries = encode_corpus(source, dim, cache_dir, seed=seed)
+    dim = int(tokens.shape[1])
     k = min(clusters, max(1, len(tokens) // 40))
     km = faiss.Kmeans(dim, k, niter=15, spherical=True, seed=seed, verbose=False)
     km.train(tokens)

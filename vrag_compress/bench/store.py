@@ -64,7 +64,11 @@ def bench_store(
         "synthetic",
         "--data",
         help="real: resampled MiniLM token vectors of --source-dataset with its real queries; "
-        "synthetic: topic mixtures (a stress test).",
+        "skewed: the same resampler over a synthetic Zipf vocabulary whose cell occupancy "
+        "--skew sets (0 uniform, 1.5 heavy); synthetic: topic mixtures (a stress test).",
+    ),
+    skew: float = typer.Option(
+        1.0, "--skew", min=0.0, help="--data skewed: Zipf exponent of the word frequencies."
     ),
     source_dataset: Path | None = typer.Option(
         None,
@@ -107,8 +111,8 @@ def bench_store(
 
     if backend not in ("embedded", "qdrant-local"):
         raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
-    if data_kind not in ("synthetic", "real"):
-        raise typer.BadParameter("use real or synthetic", param_hint="--data")
+    if data_kind not in ("synthetic", "real", "skewed"):
+        raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
     if codes not in ("none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
     if not fp16 and codes == "none":
@@ -120,6 +124,10 @@ def bench_store(
 
         err.print(f"encoding/loading real token vectors of {source} ...")
         pool = load_pool(source, dim, cache_dir or _default_cache(), seed=seed)
+    elif data_kind == "skewed":
+        from vrag_compress.bench.skewed import skewed_pool
+
+        pool = skewed_pool(dim, skew, seed=seed)
     k_tokens = budget(tokens_full, ratio)
     if backend == "qdrant-local":
         from vrag_compress.bench.store_qdrant import run_qdrant_bench
@@ -208,6 +216,7 @@ def bench_store(
         "bruteforce_queries": bruteforce_queries,
         "data": data_kind,
         "source_dataset": None if source is None else str(source),
+        "skew": skew if data_kind == "skewed" else None,
         "codes": codes,
         "fp16": fp16,
     }
@@ -523,6 +532,8 @@ def _print(report: dict[str, Any]) -> None:
 def _query_kind(config: dict[str, Any]) -> str:
     if config.get("data") == "real":
         return f"real pages and queries of {Path(config['source_dataset']).name}"
+    if config.get("data") == "skewed":
+        return f"Zipf-skewed pages and queries, skew {config['skew']}"
     return f"{config['query_tokens']}-vector synthetic queries"
 
 

@@ -626,6 +626,15 @@ def optimize(
         help="Retrain the codes of an index without fp16 vectors even when its size does not "
         "call for it (re-encodes decoded vectors: a little precision is lost each time).",
     ),
+    recall_target: float | None = typer.Option(
+        None,
+        "--recall-target",
+        min=0.0,
+        max=1.0,
+        help="recall@10 against exact search the candidate index tunes its probes and rerank "
+        "depth for, measured on pseudo-queries of the collection; kept in the index "
+        "[default: the index's setting, 0.97]; 0: the fixed size rule.",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Compact an index and retrain its centroid candidate index (searches keep working).
@@ -639,7 +648,7 @@ def optimize(
 
     with open_index(index_dir) as vindex:
         try:
-            details = vindex.optimize(codes=codes, retrain=retrain)
+            details = vindex.optimize(codes=codes, retrain=retrain, recall_target=recall_target)
         except (VisualIndexError, StoreError) as error:
             fail(str(error))
     if json_out:

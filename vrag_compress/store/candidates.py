@@ -322,14 +322,26 @@ class CandidateIndex:
 
     def scores(self, query: np.ndarray, nprobe: int) -> np.ndarray:
         """Approximate score of every slot ``[n_slots]`` (deleted pages included; mask them)."""
+        slots, scores, floor_sum = self.touched_scores(query, nprobe)
+        out = np.full(self.n_slots, floor_sum, dtype=np.float32)
+        out[slots] = scores
+        return out
+
+    def touched_scores(
+        self, query: np.ndarray, nprobe: int
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """The slots the probed cells name (base pages from their lists, every tail page from
+        its codes), their approximate scores, and the score of every other slot."""
         cells, cell_scores, floor = cz.probe(query, self.centroids, nprobe)
-        base = cz.list_scores(
+        slots, scores = cz.touched_scores(
             cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids)
         )
+        floor_sum = float(np.float32(floor.sum(dtype=np.float64)))
         if len(self.tail.pids) == 0:
-            return base
+            return slots, scores, floor_sum
         tail = cz.code_scores(cells, cell_scores, floor, self.tail.codes, self.tail.bounds, self.k)
-        return np.concatenate([base, tail])
+        tail_slots = len(self.base.pids) + np.arange(len(tail), dtype=np.int64)
+        return np.concatenate([slots, tail_slots]), np.concatenate([scores, tail]), floor_sum
 
     def decode(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Approximate float32 tokens of the given slots (residual codes) and their bounds."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import sqlite3
 import threading
 import time
@@ -40,6 +41,7 @@ from vrag_compress.store import candidates as cand
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
+from vrag_compress.store import tuning
 from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
 
@@ -95,8 +97,14 @@ class CentroidIndexes:
         return self._index
 
     def params(self, index: cand.CandidateIndex, n_pages: int) -> cz.SearchParams:
-        """The rule's probes and rerank depth, unless the store options fix them."""
-        rule = cz.search_params(n_pages, index.k)
+        """The probes and rerank depth the index measured for its recall target (the depth
+        scaled by √pages since), the size rule for an index that never measured itself, and
+        either one fixed by the store options."""
+        tuned = index.manifest.get("search")
+        if tuned:
+            rule = cz.SearchParams(int(tuned["nprobe"]), tuning.scaled_rerank(tuned, n_pages))
+        else:
+            rule = cz.search_params(n_pages, index.k)
         opts = self.ctx.options
         return cz.SearchParams(
             nprobe=opts.centroid_nprobe or rule.nprobe, rerank=opts.rerank_depth or rule.rerank
@@ -128,34 +136,42 @@ class CentroidIndexes:
             return None
         if len(snap.pids) == 0:
             return np.empty(0, dtype=np.int64)
-        slots = self._slot_map(snap, index)
-        live = slots.slot_pos >= 0
-        unindexed = slots.unindexed
-        if allowed is not None:
-            ok = np.zeros(len(snap.pids), dtype=bool)
-            ok[allowed] = True
-            live &= ok[np.maximum(slots.slot_pos, 0)]
-            unindexed = unindexed[ok[unindexed]]
+        slot_map = self._slot_map(snap, index)
         params = self.params(index, len(snap.pids))
         scorer = self.ctx.scorer
         if scorer is not None:  # centroid product, top cells and list scatter-max on a GPU
+            slots = np.arange(index.n_slots, dtype=np.int64)
             scores = scorer.page_scores(index, query, params.nprobe)
         else:
-            scores = index.scores(query, params.nprobe)
-        top = cz.top_pages(scores, live, params.rerank)
-        return np.union1d(slots.slot_pos[top], unindexed)
+            slots, scores, _ = index.touched_scores(query, params.nprobe)
+        ok = None if allowed is None else np.zeros(len(snap.pids), dtype=bool)
+        if ok is not None:
+            ok[allowed] = True
+        pos = slot_map.slot_pos[slots]
+        live = pos >= 0
+        if ok is not None:
+            live &= ok[np.maximum(pos, 0)]
+        chosen = pos[cz.top_pages(scores, live, params.rerank)]
+        if len(chosen) < params.rerank:  # the lists named few pages: fill up with others
+            chosen = _fill(chosen, params.rerank, len(snap.pids), ok)
+        unindexed = slot_map.unindexed
+        if ok is not None:
+            unindexed = unindexed[ok[unindexed]]
+        return np.union1d(chosen, unindexed)
 
     def _slot_map(self, snap: Any, index: cand.CandidateIndex) -> _SlotMap:
         key = (int(snap.generation), str(index.manifest["id"]))
-        if self._slots is None or self._slots.key != key:
+        cached = self._slots  # one read: another thread may replace it meanwhile
+        if cached is None or cached.key != key:
             n = len(snap.pid_sorted)
             idx = np.minimum(np.searchsorted(snap.pid_sorted, index.slot_pids), max(n - 1, 0))
             found = (n > 0) & (snap.pid_sorted[idx] == index.slot_pids) if n else idx < 0
             slot_pos = np.where(found, snap.pos_of_sorted[idx] if n else -1, -1).astype(np.int64)
             covered = np.zeros(n, dtype=bool)
             covered[slot_pos[found]] = True
-            self._slots = _SlotMap(key, slot_pos, np.flatnonzero(~covered))
-        return self._slots
+            cached = _SlotMap(key, slot_pos, np.flatnonzero(~covered))
+            self._slots = cached
+        return cached
 
     # ----------------------------------------------------------------- writes
 
@@ -243,6 +259,8 @@ class CentroidIndexes:
                 seed=seed,
                 reserve=reserve,
             )
+            # trained on the snapshot's pages in order: slot i is snapshot position i
+            self._tune(cand.CandidateIndex.open(self.ctx.root, manifest), snap, manifest, None)
             with self.ctx.catalog.write() as conn:
                 index = cand.CandidateIndex.open(self.ctx.root, manifest)
                 new = np.setdiff1d(_live_pids(conn), index.slot_pids)
@@ -255,6 +273,49 @@ class CentroidIndexes:
                 self._reserved.difference_update(groups)
         self._unlink_segments(dropped)
         self.remove_orphans()
+
+    def _tune(
+        self,
+        index: cand.CandidateIndex,
+        snap: Any,
+        manifest: dict[str, Any],
+        slot_pos: np.ndarray | None,
+    ) -> None:
+        """Measure the index on pseudo-queries of ``snap`` and record in ``manifest`` the
+        probes and depth that reach the store's recall target (none: the size rule applies)."""
+        target = self.ctx.recall_target
+        manifest.pop("search", None)
+        if target <= 0 or len(snap.pids) == 0:
+            return
+        result = tuning.tune(index, snap.tokens, snap.bounds, target=target, slot_pos=slot_pos)
+        manifest["search"] = result.to_dict()
+        log.info("%s: candidate search tuned to %s", self.ctx.root, manifest["search"])
+
+    def retune(self, snap: Any) -> bool:
+        """Measure the committed index again (after a compaction that did not retrain, or for a
+        new target) and commit the result; False when there is no index or nothing changed."""
+        index = self.current()
+        if index is None:
+            return False
+        manifest = dict(index.manifest)
+        self._tune(index, snap, manifest, self._slot_map(snap, index).slot_pos)
+        if manifest.get("search") == index.manifest.get("search"):
+            return False
+        with self.ctx.catalog.write() as conn:
+            if (self.manifest(conn) or {}).get("id") != manifest["id"]:
+                return False  # a writer replaced the index meanwhile: its own tuning stands
+            manifest["id"] = secrets.token_hex(8)
+            cat.write_meta(conn, META_KEY, manifest)
+        return True
+
+    def needs_tuning(self) -> bool:
+        """The committed index was not measured for the current recall target."""
+        manifest = self.manifest_now()
+        if manifest is None:
+            return False
+        target = self.ctx.recall_target
+        tuned = manifest.get("search")
+        return target > 0 and (not tuned or float(tuned["target"]) != target)
 
     @staticmethod
     def _drop_staged(conn: sqlite3.Connection) -> dict[int, int]:
@@ -373,10 +434,14 @@ class CentroidIndexes:
             return None
         params = self.params(index, n_pages)
         m = index.manifest
+        tuned = m.get("search")
         return {
             "k": index.k,
             "nprobe": params.nprobe,
             "rerank": params.rerank,
+            "params_from": _params_source(self.ctx.options, tuned),
+            "recall_target": None if not tuned else tuned["target"],
+            "tuned": tuned,
             "codes": m["codes"],
             "trained_tokens": int(m["trained_tokens"]),
             "indexed_pages": index.n_slots,
@@ -406,6 +471,24 @@ class CentroidIndexes:
         self.wait()
         self._index = None
         self._slots = None
+
+
+def _params_source(opts: Any, tuned: dict[str, Any] | None) -> str:
+    """Where the search parameters come from: the options, the index's own measurement, or the
+    size rule (an index trained with no recall target, or by an older version)."""
+    if opts.centroid_nprobe or opts.rerank_depth:
+        return "options"
+    return "measured" if tuned else "rule"
+
+
+def _fill(chosen: np.ndarray, depth: int, n_pages: int, ok: np.ndarray | None) -> np.ndarray:
+    """``chosen`` plus other snapshot positions (passing ``ok``) up to ``depth`` pages: pages no
+    probed list names all score the floor, so any of them is as good a candidate as another.
+    A pass over the pages, but only when the probed lists named fewer than ``depth``."""
+    free = np.ones(n_pages, dtype=bool) if ok is None else ok.copy()
+    free[chosen] = False
+    extra = np.flatnonzero(free)[: depth - len(chosen)]
+    return np.concatenate([chosen, extra])
 
 
 def _live_pids(conn: sqlite3.Connection) -> np.ndarray:

@@ -32,7 +32,7 @@ RETRAIN_GROWTH = 4
 TRAIN_POINTS_PER_CENTROID = 40
 EXACT_ASSIGN_MAX_K = 1024  # above, tokens are assigned through an IVF over the centroids
 _ASSIGN_CHUNK = 1 << 17
-_GROUP_FLOATS = 1 << 24  # bound of the [query tokens, pages] buffer in `list_scores`
+_GROUP_FLOATS = 1 << 24  # bound of the [query tokens, touched pages] buffer of `touched_scores`
 
 
 @dataclass(frozen=True)
@@ -198,26 +198,58 @@ def list_scores(
     pages: np.ndarray,
     n_pages: int,
 ) -> np.ndarray:
-    """Approximate page scores ``[n_pages]`` from the probed cells' page lists."""
-    m = len(cells)
+    """Approximate page scores ``[n_pages]`` from the probed cells' page lists (pages no
+    probed list names score the sum of the floors): the dense form of `touched_scores`."""
     total = np.full(n_pages, floor.sum(dtype=np.float64), dtype=np.float32)
-    if n_pages == 0 or m == 0:
-        return total
-    group = max(1, _GROUP_FLOATS // n_pages)
-    for g0 in range(0, m, group):  # groups of query tokens, only to bound memory
-        sel_cells = cells[g0 : g0 + group]
-        gain = (cell_scores[g0 : g0 + group] - floor[g0 : g0 + group, None]).ravel()
-        flat = sel_cells.ravel()
-        starts, ends = indptr[flat], indptr[flat + 1]
-        lengths = ends - starts
-        entry_bounds = np.zeros(len(flat) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=entry_bounds[1:])
-        rows = np.repeat(starts - entry_bounds[:-1], lengths) + np.arange(entry_bounds[-1])
-        qtok = np.repeat(np.arange(len(flat)) // sel_cells.shape[1], lengths)
-        best = np.zeros(len(sel_cells) * n_pages, dtype=np.float32)
-        np.maximum.at(best, qtok * n_pages + pages[rows], np.repeat(gain, lengths))
-        total += best.reshape(len(sel_cells), n_pages).sum(axis=0)
+    touched, scores = touched_scores(cells, cell_scores, floor, indptr, pages, n_pages)
+    total[touched] = scores
     return total
+
+
+def touched_scores(
+    cells: np.ndarray,
+    cell_scores: np.ndarray,
+    floor: np.ndarray,
+    indptr: np.ndarray,
+    pages: np.ndarray,
+    n_pages: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pages the probed cells' lists name (any order) and their approximate scores.
+
+    Sub-linear in the collection: only the probed lists' entries are read, and the per-page
+    work runs over the pages they name, not over every page (every other page scores the sum
+    of the floors). Duplicates are removed without sorting: each entry writes its index into
+    a scratch slot of its page and the entry that reads its own index back is the page's one
+    representative (the arrays are allocated uninitialised, so untouched pages cost nothing)."""
+    floor_sum = np.float32(floor.sum(dtype=np.float64))
+    m, n = cells.shape if cells.ndim == 2 else (0, 0)
+    flat = cells.ravel().astype(np.int64)
+    starts, lengths = indptr[flat], indptr[flat + 1] - indptr[flat]
+    entry_bounds = np.zeros(len(flat) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=entry_bounds[1:])
+    n_entries = int(entry_bounds[-1])
+    if n_pages == 0 or n_entries == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    rows = np.repeat(starts - entry_bounds[:-1], lengths) + np.arange(n_entries)
+    page = pages[rows].astype(np.int64)
+    order = np.arange(n_entries, dtype=np.int64)
+    scratch = np.empty(n_pages, dtype=np.int64)
+    scratch[page] = order
+    touched = page[scratch[page] == order]
+    scratch[touched] = np.arange(len(touched))
+    local = scratch[page]  # each entry's page as a position in `touched`
+    gain = np.repeat((cell_scores - floor[:, None]).ravel(), lengths).astype(np.float32)
+    total = np.full(len(touched), floor_sum, dtype=np.float32)
+    group = max(1, _GROUP_FLOATS // len(touched))
+    for t0 in range(0, m, group):  # groups of query tokens, only to bound memory
+        t1 = min(m, t0 + group)
+        e0, e1 = entry_bounds[t0 * n], entry_bounds[t1 * n]
+        per_token = np.diff(entry_bounds[t0 * n : t1 * n + 1 : n])
+        token = np.repeat(np.arange(t1 - t0), per_token)
+        best = np.zeros((t1 - t0) * len(touched), dtype=np.float32)
+        np.maximum.at(best, token * len(touched) + local[e0:e1], gain[e0:e1])
+        total += best.reshape(t1 - t0, len(touched)).sum(axis=0)
+    return touched, total
 
 
 def code_scores(

@@ -14,6 +14,8 @@ import numpy as np
 from vrag_compress.store import segments as seg
 from vrag_compress.store.catalog import Catalog
 
+DEFAULT_RECALL_TARGET = 0.97
+
 
 @dataclass
 class StoreOptions:
@@ -39,6 +41,11 @@ class StoreOptions:
     # many vectors, then trains its codes on all of them and drops the rows (0 or less: only
     # `optimize` trains); 65,536 = 64 tokens per cell of the smallest K (1,024)
     codes_min_tokens: int = 65_536
+    # the recall@10 against exact search the candidate index is tuned to reach: after each
+    # training it measures itself on pseudo-queries of the collection and keeps the cheapest
+    # probes and rerank depth that reach it (store/tuning.py); 0: the size rule instead;
+    # None: the store config's ``recall_target`` (set by `optimize(recall_target=...)`), 0.97
+    recall_target: float | None = None
     centroid_nprobe: int | None = None
     rerank_depth: int | None = None
     # where centroid scores and exact MaxSim run: "auto" (a CUDA GPU through torch when one is
@@ -59,6 +66,7 @@ class StoreContext:
     # centroid + residual codes, which are then ``codes``)
     fp16: bool = True
     codes: str = "none"
+    config_recall_target: float = DEFAULT_RECALL_TARGET
     scorer: Any = None  # a `TorchScorer` when searches run on a torch device, else None (numpy)
     maps: seg.SegmentMaps = field(init=False)
 
@@ -78,6 +86,13 @@ class StoreContext:
         """Take the vector layout from the store's config."""
         self.fp16 = config.get("fp16", True) is not False
         self.codes = str(config.get("codes", "none"))
+        self.config_recall_target = float(config.get("recall_target", DEFAULT_RECALL_TARGET))
+
+    @property
+    def recall_target(self) -> float:
+        """The recall@10 the candidate index tunes itself for (0: it does not)."""
+        option = self.options.recall_target
+        return self.config_recall_target if option is None else float(option)
 
     def segment_path(self, seg_id: int) -> Path:
         return seg.segment_path(self.root, seg_id)

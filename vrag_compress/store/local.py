@@ -57,6 +57,7 @@ from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.torch_scoring import TorchScorer, choose_device
+from vrag_compress.store.tuning import pseudo_queries
 from vrag_compress.store.validate import (
     StoreInputError,
     check_config,
@@ -440,7 +441,9 @@ class LocalStore(MultiVectorStore):
 
     # ----------------------------------------------------------------- candidate index
 
-    def optimize(self, *, codes: str | None = None, retrain: bool = False) -> dict[str, Any]:
+    def optimize(
+        self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
+    ) -> dict[str, Any]:
         """Compact, then (re)train the centroid-code candidate index on every live page and
         return its description. ``codes`` ("none", "4bit", "2bit") changes the residual codes
         kept per token (recorded in the config). Readers keep searching meanwhile.
@@ -449,7 +452,15 @@ class LocalStore(MultiVectorStore):
         fp16 rows); once trained, its only copy is the codes, and retraining would re-encode
         decoded vectors (a little loss each time), so it only compacts unless the 4× growth
         rule is due and calls for another K, ``codes`` changes, or ``retrain`` asks for it (with
-        a warning)."""
+        a warning).
+
+        The trained index measures itself and keeps the cheapest probes and rerank depth that
+        reach ``recall_target`` recall@10 against exact search (kept in the config; default
+        0.97; 0: the size rule). A new target is measured without retraining."""
+        if recall_target is not None:
+            if not 0 <= recall_target <= 1:
+                raise StoreError(f"recall_target must be within 0..1, got {recall_target!r}")
+            self.update_config(recall_target=float(recall_target))
         if codes is not None:
             if codes not in CODES:
                 raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
@@ -467,6 +478,8 @@ class LocalStore(MultiVectorStore):
                 n_tokens = cat.live_vectors(conn)
             manifest = self._centroids.manifest_now() or {}
             if not (retrain or self._centroids.retrain_due(manifest, n_tokens)):
+                if self._centroids.needs_tuning():  # measured for another target, or never
+                    self._centroids.retune(self._snapshots.current())
                 return self.index_info() or {}
             log.warning(
                 "%s keeps no fp16 vectors: retraining re-encodes the decoded codes, which loses "
@@ -507,10 +520,14 @@ class LocalStore(MultiVectorStore):
         self._centroids.wait(timeout)
 
     def _measure_recall(self, n_pages: int) -> dict[str, Any]:
-        rng = np.random.default_rng(0)
+        """Recall@10 of two-stage against exact search on pseudo-queries drawn from stored
+        pages the way the index's own tuning draws them (another sample of them)."""
+        rng = np.random.default_rng(1)
         ids = self.page_ids()
         picked = sorted(rng.choice(len(ids), size=recall_sample_size(n_pages), replace=False))
-        queries = [r.vectors[:32] for r in self.get([ids[i] for i in picked])]
+        vectors = [r.vectors for r in self.get([ids[i] for i in picked])]
+        bounds = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
+        _, queries = pseudo_queries(np.concatenate(vectors), bounds, len(vectors), seed=1)
         exact = self.search_many(queries, 10, mode="exact")
         two = self.search_many(queries, 10, mode="two_stage")
         overlap = [

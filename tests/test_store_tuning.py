@@ -1,0 +1,115 @@
+"""The candidate index measures itself: probes and rerank depth chosen for a recall target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vrag_compress.store import LocalStore, PageRecord, tuning
+from vrag_compress.store import candidates as cand
+from vrag_compress.store import centroids as cz
+
+from .test_store_centroids import clustered, queries_from
+
+CONFIG = {"dim": 32, "model_id": "tuning/test"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tokens, bounds = clustered(1500, seed=3)
+    root = tmp_path_factory.mktemp("tuning")
+    manifest = cand.train(root, np.arange(1500), bounds, tokens, gpu=False)
+    return cand.CandidateIndex.open(root, manifest), tokens, bounds
+
+
+def test_touched_scores_read_only_the_probed_lists(trained):
+    index, tokens, bounds = trained
+    q = queries_from(tokens, bounds, 1)[0]
+    cells, cell_scores, floor = cz.probe(q, index.centroids, 4)
+    touched, scores = cz.touched_scores(cells, cell_scores, floor, index.indptr, index.lists, 1500)
+    named = np.unique(
+        np.concatenate([index.lists[index.indptr[c] : index.indptr[c + 1]] for c in cells.ravel()])
+    )
+    assert sorted(touched.tolist()) == named.tolist()  # each named page once, no other page
+    dense = cz.code_scores(cells, cell_scores, floor, index.base.codes, index.base.bounds, index.k)
+    assert np.allclose(scores, dense[touched], atol=1e-4)
+    untouched = np.setdiff1d(np.arange(1500), touched)
+    assert np.allclose(dense[untouched], floor.sum(), atol=1e-4)
+
+
+def test_a_higher_target_never_costs_less_depth_and_reaches_what_it_reports(trained):
+    index, tokens, bounds = trained
+    low = tuning.tune(index, tokens, bounds, target=0.8)
+    high = tuning.tune(index, tokens, bounds, target=0.99)
+    assert low.reached and high.reached
+    assert high.recall >= 0.99 and low.recall >= 0.8
+    assert high.cost >= low.cost  # the cheapest pair for 0.99 also reaches 0.8
+    # what the tuning reports is what a two-stage search with those parameters achieves
+    _, qs = tuning.pseudo_queries(tokens, bounds, 100, seed=7)
+    truth = tuning.exact_top(qs, tokens, bounds)
+    ranks, _ = tuning.approximate_ranks(index, qs, truth, high.nprobe)
+    assert float(np.mean(ranks < high.rerank)) >= 0.95
+
+
+def test_depth_for_reads_the_rank_quantile():
+    ranks = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8, 99]], dtype=float)
+    assert tuning.depth_for(ranks, 0.9) == 9  # 9 of 10 true pages within 9 places
+    assert tuning.depth_for(ranks, 1.0) == 100
+    assert tuning.depth_for(np.array([[0.0, np.inf]]), 1.0) == np.inf
+
+
+def test_scaled_rerank_grows_with_the_square_root_of_pages():
+    tuned = {"rerank": 300, "pages": 10_000}
+    assert tuning.scaled_rerank(tuned, 40_000) == 600
+    assert tuning.scaled_rerank(tuned, 10_000) == 300
+    assert tuning.scaled_rerank(tuned, 50) == 50  # never deeper than the collection
+
+
+def page(i: int, tokens: np.ndarray, bounds: np.ndarray) -> PageRecord:
+    return PageRecord(f"p{i:05d}", f"d{i}", 1, tokens[bounds[i] : bounds[i + 1]])
+
+
+def test_optimize_tunes_the_store_and_info_says_so(tmp_path):
+    tokens, bounds = clustered(800, seed=5)
+    options = {"centroid_min_tokens": -1, "exact_max_tokens": 0}
+    with LocalStore.create(tmp_path / "s.vrag", CONFIG, **options) as store:
+        store.add([page(i, tokens, bounds) for i in range(800)])
+        store.optimize()
+        info = store.index_info(measure_recall=True)
+        assert info["params_from"] == "measured" and info["recall_target"] == 0.97
+        assert info["tuned"]["recall"] >= 0.97 and info["tuned"]["pages"] == 800
+        assert (info["nprobe"], info["rerank"]) == (
+            info["tuned"]["nprobe"],
+            info["tuned"]["rerank"],
+        )
+        assert info["recall@10"] >= 0.9  # another sample of pseudo-queries, through search
+    # the choice is in the committed manifest: a reader sees it; options still override
+    with LocalStore.open(tmp_path / "s.vrag", readonly=True, rerank_depth=17) as reader:
+        info = reader.index_info()
+        assert info["params_from"] == "options" and info["rerank"] == 17
+    # a new target is kept in the config and measured again (an option overrides it)
+    with LocalStore.open(tmp_path / "s.vrag", **options) as store:
+        store.optimize(recall_target=0.999)
+    with LocalStore.open(tmp_path / "s.vrag", readonly=True) as reader:
+        assert reader.index_info()["tuned"]["target"] == 0.999
+    with LocalStore.open(tmp_path / "s.vrag", recall_target=0, **options) as store:
+        store.optimize()
+        info = store.index_info()
+        assert info["params_from"] == "rule" and info["tuned"] is None
+
+
+def test_a_codes_only_store_is_tuned_without_retraining(tmp_path):
+    tokens, bounds = clustered(600, seed=6)
+    config = {**CONFIG, "codes": "2bit", "fp16": False}
+    options = {"centroid_min_tokens": -1, "codes_min_tokens": 0, "exact_max_tokens": 0}
+    with LocalStore.create(tmp_path / "c.vrag", config, recall_target=0, **options) as store:
+        store.add([page(i, tokens, bounds) for i in range(600)])
+        store.optimize()
+        trained_id = store.index_info()["tuned"]
+        assert trained_id is None
+    with LocalStore.open(tmp_path / "c.vrag", **options) as store:
+        k_before = store.index_info()["k"]
+        store.optimize()  # trained codes: only compacts, but measures itself for the target
+        info = store.index_info()
+        assert info["params_from"] == "measured" and info["k"] == k_before
+        assert store.verify().ok

@@ -1,0 +1,176 @@
+"""Search parameters measured on the collection itself: the fewest probes and the shallowest
+rerank that reach a recall target.
+
+Fixed rules (probes ∝ K, rerank ∝ √pages) encode the collection they were fitted on; on a
+collection whose vectors fall into cells differently the same rules lose recall or time. So
+after training, the index measures itself: pseudo-queries are drawn from stored pages, their
+exact top-10 is computed with the exact kernel, and for each candidate number of probes the
+approximate rank of every true top-10 page tells directly how deep the exact rerank must go
+for the target recall (a rerank is exact, so a true page ranked within R approximate places is
+found). Of the (probes, depth) pairs that reach the target plus a margin, the cheapest by the
+cost model (list entries read + reranked vectors) wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import centroids as cz
+from vrag_compress.store.maxsim import maxsim_scores, top_k
+
+DEFAULT_TARGET = 0.97
+MARGIN = 0.01  # the pseudo-queries must beat the target by this much
+DEPTH_SAFETY = 1.25  # and the depth they need is raised by this factor
+NPROBE_GRID = (8, 12, 16, 24, 32, 48, 64)
+VECTOR_COST = 40  # a reranked vector costs about 40 list entries (measured: 0.8 µs vs 20 ns)
+QUERY_TOKENS = 24
+QUERY_NOISE = 0.5
+TOP = 10
+MIN_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the index chose and what it measured when it chose it."""
+
+    target: float
+    nprobe: int
+    rerank: int
+    recall: float  # measured recall@10 of the pseudo-queries at (nprobe, rerank)
+    queries: int
+    pages: int
+    entries: float  # mean list entries read per query at nprobe
+    cost: float  # the cost model: entries + VECTOR_COST × reranked vectors, per query
+    reached: bool  # False: no pair reached the target; the deepest measured pair is used
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sample_size(n_pages: int) -> int:
+    """Pseudo-queries used: ≥ 100 when available, growing slowly with the collection."""
+    return int(min(n_pages, max(100, math.ceil(math.sqrt(n_pages) / 2))))
+
+
+def pseudo_queries(
+    tokens: Any, bounds: np.ndarray, n: int, *, seed: int = 0, noise: float = QUERY_NOISE
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``n`` stored pages (their positions) and from each a query: up to 24 of its vectors,
+    each moved off the page by noise of norm ``noise``, so that the page is not a perfect match
+    and its neighbours compete (real queries share words with many pages; they are not copies
+    of one page's vectors)."""
+    rng = np.random.default_rng(seed)
+    n_pages = len(bounds) - 1
+    picked = np.sort(rng.choice(n_pages, size=min(n, n_pages), replace=False))
+    queries = []
+    for p in picked:
+        rows = np.asarray(tokens[int(bounds[p]) : int(bounds[p + 1])], dtype=np.float32)
+        take = np.sort(rng.choice(len(rows), size=min(QUERY_TOKENS, len(rows)), replace=False))
+        q = rows[take] + rng.normal(
+            scale=noise / np.sqrt(rows.shape[1]), size=(len(take), rows.shape[1])
+        )
+        queries.append((q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32))
+    return picked, queries
+
+
+def exact_top(queries: list[np.ndarray], tokens: Any, bounds: np.ndarray) -> list[np.ndarray]:
+    """Each query's exact top-10 page positions (one batched pass over the collection)."""
+    scores = maxsim_scores(queries, tokens, bounds)
+    return [top_k(row, TOP) for row in scores]
+
+
+def approximate_ranks(
+    index: Any,
+    queries: list[np.ndarray],
+    truth: list[np.ndarray],
+    nprobe: int,
+    slot_pos: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """The approximate rank (0 = best) of every true top-10 page (positions) under ``nprobe``
+    probes (``inf`` where no probed list names it), and the mean list entries read per query.
+    ``slot_pos`` maps index slots to positions (-1: deleted); None: slot = position."""
+    ranks = np.full((len(queries), TOP), np.inf)
+    entries = 0.0
+    n_pos = index.n_slots if slot_pos is None else int(slot_pos.max(initial=-1)) + 1
+    for i, (q, want) in enumerate(zip(queries, truth, strict=True)):
+        cells, _, _ = cz.probe(q, index.centroids, nprobe)
+        entries += float((index.indptr[cells + 1] - index.indptr[cells]).sum())
+        slots, scores, _ = index.touched_scores(q, nprobe)
+        pos = slots if slot_pos is None else slot_pos[slots]
+        live = pos >= 0
+        slots, scores, pos = slots[live], scores[live], pos[live]
+        where = np.full(max(n_pos, 1), -1, dtype=np.int64)
+        where[pos] = np.arange(len(pos))
+        at = where[want]
+        found = at >= 0
+        # rank: touched pages scoring higher, ties counted half (their order is arbitrary)
+        ordered = np.sort(scores)
+        above = len(ordered) - np.searchsorted(ordered, scores[at[found]], side="right")
+        ties = np.searchsorted(ordered, scores[at[found]], side="right") - np.searchsorted(
+            ordered, scores[at[found]], side="left"
+        )
+        ranks[i, : len(want)][found] = above + (ties - 1) / 2
+    return ranks, entries / max(len(queries), 1)
+
+
+def depth_for(ranks: np.ndarray, goal: float) -> float:
+    """The smallest rerank depth at which a share ``goal`` of the true pages is found."""
+    flat = np.sort(ranks.ravel())
+    need = min(len(flat), max(1, math.ceil(goal * len(flat))))
+    return float(flat[need - 1] + 1)
+
+
+def tune(
+    index: Any,
+    tokens: Any,
+    bounds: np.ndarray,
+    *,
+    target: float = DEFAULT_TARGET,
+    seed: int = 0,
+    grid: tuple[int, ...] = NPROBE_GRID,
+    slot_pos: np.ndarray | None = None,
+) -> Tuning:
+    """The cheapest (probes, depth) reaching ``target`` recall@10 on pseudo-queries of this
+    collection (plus `MARGIN`, with the depth raised by `DEPTH_SAFETY`). ``tokens``/``bounds``
+    are the live pages by position; ``slot_pos`` maps the index's slots to them."""
+    n_pages = len(bounds) - 1
+    _, queries = pseudo_queries(tokens, bounds, sample_size(n_pages), seed=seed)
+    truth = exact_top(queries, tokens, bounds)
+    per_page = float(bounds[-1]) / max(n_pages, 1)
+    goal = min(1.0, target + MARGIN)
+    best: Tuning | None = None
+    fallback: Tuning | None = None
+    for nprobe in sorted({min(p, index.k) for p in grid}):
+        ranks, entries = approximate_ranks(index, queries, truth, nprobe, slot_pos)
+        depth = depth_for(ranks, goal)
+        reached = math.isfinite(depth)
+        rerank = _rounded_depth(depth if reached else n_pages, n_pages)
+        recall = float(np.mean(ranks < rerank))
+        cost = entries + VECTOR_COST * rerank * per_page
+        choice = Tuning(
+            target, nprobe, rerank, round(recall, 4), len(queries), n_pages,
+            round(entries, 1), round(cost, 1), reached,
+        )  # fmt: skip
+        if not reached:
+            fallback = choice
+        elif best is None or cost < best.cost:
+            best = choice
+    if best is not None:
+        return best
+    assert fallback is not None
+    return fallback
+
+
+def _rounded_depth(depth: float, n_pages: int) -> int:
+    return int(min(n_pages, max(MIN_DEPTH, math.ceil(depth * DEPTH_SAFETY))))
+
+
+def scaled_rerank(tuned: dict[str, Any], n_pages: int) -> int:
+    """The tuned depth for a collection that grew (or shrank) since: ∝ √pages, as the share of
+    near-ties a query meets grows with the collection, until a retrain tunes it again."""
+    depth = int(tuned["rerank"]) * math.sqrt(max(n_pages, 1) / max(int(tuned["pages"]), 1))
+    return int(min(max(n_pages, 1), max(MIN_DEPTH, math.ceil(depth))))
