@@ -11,7 +11,7 @@ import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.beir import load_beir
 from vrag_compress.cli.app import app
 
-KEYS = ("open_s", "recall@10_two_stage", "bytes_per_page", "build_s", "params")
+KEYS = ("open_s", "first_query_s", "recall@10_two_stage", "bytes_per_page", "build_s", "params")
 
 
 def _check(report: dict, pages: int) -> None:
@@ -24,6 +24,9 @@ def _check(report: dict, pages: int) -> None:
     assert report["size_mb"]["compressed"] > 0 and report["bytes_per_page"] > 0
     assert report["params"]["k"] >= 1 and report["params"]["rerank"] >= 1
     assert report["recall_queries"] == report["config"]["queries"]
+    assert report["first_query_s"] > 0
+    assert report["params"]["params_from"] == "measured"
+    assert report["tuned"]["recall"] >= report["tuned"]["target"] == 0.97
 
 
 def test_synthetic(tmp_path: Path) -> None:
@@ -80,3 +83,28 @@ def test_store_without_fp16_vectors(tmp_path: Path) -> None:
     assert reports["codes"]["index_bytes_per_page"] > 0
     bad = CliRunner().invoke(app, [*base, "--no-fp16"])  # codes none: nothing to rerank on
     assert bad.exit_code == 2
+
+
+def test_skewed_family(tmp_path: Path) -> None:
+    """`--data skewed --skew S`: the Zipf family runs end to end and records its skew."""
+    out = tmp_path / "k.json"
+    args = ["bench", "store", "--data", "skewed", "--skew", "1.5", "--pages", "300"]
+    args += ["--queries", "10", "--bruteforce-queries", "0", "--no-full-store", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    _check(report, 300)
+    assert report["config"]["data"] == "skewed" and report["config"]["skew"] == 1.5
+
+
+def test_skew_concentrates_the_common_words() -> None:
+    """The knob does what it says: the most common word's share of tokens grows with skew."""
+    import numpy as np
+
+    from vrag_compress.bench.skewed import skewed_corpus
+
+    def top_share(skew: float) -> float:
+        _, ids, _, _ = skewed_corpus(16, skew, n_docs=200, n_queries=2)
+        return float(np.bincount(ids).max() / len(ids))
+
+    assert top_share(0.0) < 0.01 < top_share(1.0) < top_share(1.5)

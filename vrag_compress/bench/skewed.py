@@ -7,14 +7,15 @@ tokens are half "common" words drawn with Zipf exponent ``skew`` over the whole 
 uniform, 1.5: the most common word is about a third of them) and half the words of the
 document's own topic (also Zipf-distributed), each token its word plus context noise. Queries
 are drawn the same way from a random document's topic, with more noise. The corpus feeds the
-same resampler as the real corpora (`real_pages.pool_of`), so only the distribution differs.
+same page resampler as the real corpora, with the words as its clusters (a resampled token is
+another occurrence of the same word), so only the distribution differs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from vrag_compress.bench.real_pages import TokenPool, pool_of
+from vrag_compress.bench.real_pages import TokenPool
 
 VOCAB = 8192
 TOPICS = 64
@@ -26,7 +27,9 @@ def _zipf(n: int, skew: float) -> np.ndarray:
     return weights / weights.sum()
 
 
-def _tokens(rng: np.random.Generator, words: np.ndarray, ids: np.ndarray, noise: float):
+def _tokens(
+    rng: np.random.Generator, words: np.ndarray, ids: np.ndarray, noise: float
+) -> np.ndarray:
     out = words[ids] + rng.normal(
         scale=noise / np.sqrt(words.shape[1]), size=(len(ids), words.shape[1])
     )
@@ -42,8 +45,8 @@ def skewed_corpus(
     n_queries: int = 225,
     query_tokens: int = 20,
     seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """(document tokens [N, dim], document bounds, query token arrays) of the family."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(document tokens [N, dim], their word ids, document bounds, query token arrays)."""
     if skew < 0:
         raise ValueError(f"skew must be >= 0, got {skew}")
     rng = np.random.default_rng(seed)
@@ -54,27 +57,35 @@ def skewed_corpus(
     p_common = _zipf(VOCAB, skew)
     p_topic = _zipf(topic_words.shape[1], skew)
 
-    def draw(topic: int, n: int, common_share: float, noise: float) -> np.ndarray:
+    def draw(topic: int, n: int, common_share: float) -> np.ndarray:
         n_common = rng.binomial(n, common_share)
-        ids = np.concatenate(
+        return np.concatenate(
             [
                 common[rng.choice(VOCAB, size=n_common, p=p_common)],
                 topic_words[topic, rng.choice(topic_words.shape[1], size=n - n_common, p=p_topic)],
             ]
         )
-        return _tokens(rng, words, ids, noise)
 
     topics = rng.integers(0, TOPICS, size=n_docs)
-    docs = [draw(int(t), doc_tokens, 0.5, CONTEXT_NOISE) for t in topics]
+    doc_words = [draw(int(t), doc_tokens, 0.5) for t in topics]
     queries = [
-        draw(int(topics[rng.integers(n_docs)]), query_tokens, 0.4, 1.5 * CONTEXT_NOISE)
+        _tokens(
+            rng,
+            words,
+            draw(int(topics[rng.integers(n_docs)]), query_tokens, 0.4),
+            1.5 * CONTEXT_NOISE,
+        )
         for _ in range(n_queries)
     ]
-    bounds = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
-    return np.concatenate(docs), bounds, queries
+    ids = np.concatenate(doc_words)
+    bounds = np.concatenate([[0], np.cumsum([len(d) for d in doc_words])]).astype(np.int64)
+    return _tokens(rng, words, ids, CONTEXT_NOISE), ids, bounds, queries
 
 
 def skewed_pool(dim: int, skew: float, *, seed: int = 0) -> TokenPool:
-    """The family's corpus clustered for the page resampler."""
-    tokens, bounds, queries = skewed_corpus(dim, skew, seed=seed)
-    return pool_of(tokens, bounds, queries, seed=seed)
+    """The family's corpus grouped by word for the page resampler."""
+    tokens, ids, bounds, queries = skewed_corpus(dim, skew, seed=seed)
+    members = np.argsort(ids, kind="stable")
+    cluster_bounds = np.zeros(VOCAB + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ids, minlength=VOCAB), out=cluster_bounds[1:])
+    return TokenPool(tokens, bounds, members, cluster_bounds, ids.astype(np.int64), queries)

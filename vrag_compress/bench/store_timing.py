@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,3 +58,32 @@ def timed_search(
             ids.append([h.page_id for h in hits])
             bar.advance(task)
     return ids, float(np.median(times) * 1000)
+
+
+_FIRST_QUERY = """
+import sys
+import numpy as np
+from vrag_compress.store import LocalStore
+with LocalStore.open(sys.argv[1], readonly=True) as store:
+    hits = store.search(np.load(sys.argv[2]), k=10)
+print(len(hits))
+"""
+
+
+def first_query_seconds(store_path: Path, query: np.ndarray) -> float:
+    """Wall time of a fresh Python process that opens the store and answers one query (what a
+    user waits for on a cold start: interpreter, imports, open, first answer)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        qfile = Path(tmp) / "q.npy"
+        np.save(qfile, np.asarray(query, dtype=np.float32))
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _FIRST_QUERY, str(store_path), str(qfile)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        spent = time.perf_counter() - t0
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"the first-query process failed: {done.stderr.strip()[-2000:]}")
+    return spent

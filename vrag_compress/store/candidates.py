@@ -204,12 +204,15 @@ def train(
     centroids = cz.train_centroids(
         np.asarray(tokens[sample], dtype=np.float32), k, seed=seed, gpu=gpu
     )
+    code_ids = cz.assign(tokens, centroids)
+    centroids, code_ids = cz.split_heavy_cells(tokens, centroids, code_ids, seed=seed, gpu=gpu)
     k = len(centroids)
     w = _Writer(root, reserve)
     g = w.group()
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "k": k,
+        "k_rule": cz.choose_k(total),  # K before heavy cells were split (the size rule's)
         "dim": int(centroids.shape[1]),
         "codes": codes,
         "trained_tokens": total,
@@ -217,7 +220,6 @@ def train(
         "codec": [],
     }
     codec = None
-    code_ids = cz.assign(tokens, centroids)
     if NBITS[codes]:
         resid = np.asarray(tokens[sample], dtype=np.float32) - centroids[code_ids[sample]]
         codec = cz.ResidualCodec.fit(resid, NBITS[codes])

@@ -234,7 +234,7 @@ class CentroidIndexes:
         due = cz.needs_retrain(int(manifest["trained_tokens"]), n_tokens)
         if self.ctx.fp16 or not due:
             return due
-        return cz.choose_k(n_tokens) != int(manifest["k"])
+        return cz.choose_k(n_tokens) != _rule_k(manifest)
 
     def train(self, snap: Any, codes: str, *, seed: int = 0) -> None:
         """Train on ``snap`` (slow, no lock held), then commit: pages written meanwhile are
@@ -456,7 +456,7 @@ class CentroidIndexes:
         at = int(manifest["trained_tokens"]) * cz.RETRAIN_GROWTH
         if self.ctx.fp16:
             return at
-        k, hi = int(manifest["k"]), at
+        k, hi = _rule_k(manifest), at
         while cz.choose_k(hi) == k:  # K only grows with the size: find where it changes
             if hi > 1 << 50:
                 return None
@@ -471,6 +471,11 @@ class CentroidIndexes:
         self.wait()
         self._index = None
         self._slots = None
+
+
+def _rule_k(manifest: dict[str, Any]) -> int:
+    """The K the size rule chose for this index (before heavy cells were split)."""
+    return int(manifest.get("k_rule", manifest["k"]))
 
 
 def _params_source(opts: Any, tuned: dict[str, Any] | None) -> str:

@@ -30,6 +30,7 @@ MIN_POINTS_PER_CENTROID = 32  # below this k-means cells are noise: tiny collect
 CODES = ("none", "4bit", "2bit")
 RETRAIN_GROWTH = 4
 TRAIN_POINTS_PER_CENTROID = 40
+HEAVY_CELL_CAP = 8.0  # a cell holding over 8x the mean share of tokens is split
 EXACT_ASSIGN_MAX_K = 1024  # above, tokens are assigned through an IVF over the centroids
 _ASSIGN_CHUNK = 1 << 17
 _GROUP_FLOATS = 1 << 24  # bound of the [query tokens, touched pages] buffer of `touched_scores`
@@ -156,6 +157,51 @@ def assign(tokens: np.ndarray, centroids: np.ndarray, *, chunk: int = _ASSIGN_CH
         _, ids = index.search(part, 1)
         out[start : start + len(part)] = ids[:, 0]
     return out
+
+
+def split_heavy_cells(
+    tokens: np.ndarray,
+    centroids: np.ndarray,
+    codes: np.ndarray,
+    *,
+    cap: float = HEAVY_CELL_CAP,
+    seed: int = 0,
+    gpu: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split every cell holding more than ``cap`` times the mean share of tokens into as many
+    sub-cells (k-means over its own tokens) as bring it under that share.
+
+    Text and page vectors are skewed: a few "function word" cells hold a token of nearly every
+    page, so every query token that probes one reads a list naming most of the collection.
+    Split, such a cell's pages spread over its sub-cells and a probe reads a fraction of them.
+    Returns the centroids (split cells keep their id for their first sub-cell; the others are
+    appended) and the tokens' new codes. K stays within `MAX_K`."""
+    k = len(centroids)
+    counts = np.bincount(codes.astype(np.int64), minlength=k)
+    limit = max(1.0, cap * len(codes) / max(k, 1))
+    heavy = np.flatnonzero(counts > limit)
+    heavy = heavy[np.argsort(-counts[heavy], kind="stable")]
+    if len(heavy) == 0:
+        return centroids, codes
+    out_centroids = [np.asarray(centroids, dtype=np.float32)]
+    out_codes = codes.astype(code_dtype(MAX_K))
+    total = k
+    for cell in heavy:
+        parts = int(min(math.ceil(counts[cell] / limit), MAX_K - total + 1))
+        if parts < 2:
+            break
+        rows = np.flatnonzero(codes == cell)
+        members = np.asarray(tokens[rows], dtype=np.float32)
+        sample = members[training_sample(len(members), parts, seed=seed)]
+        sub = train_centroids(sample, parts, seed=seed, gpu=gpu)
+        nearest = np.argmax(members @ sub.T, axis=1)
+        ids = np.concatenate([[cell], total + np.arange(len(sub) - 1)])
+        out_codes[rows] = ids[nearest]
+        out_centroids[0][cell] = sub[0]
+        out_centroids.append(sub[1:])
+        total += len(sub) - 1
+    log.info("split %d heavy cells: K %d -> %d", len(heavy), k, total)
+    return np.concatenate(out_centroids), out_codes
 
 
 def build_lists(codes: np.ndarray, bounds: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
