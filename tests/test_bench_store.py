@@ -108,3 +108,13 @@ def test_skew_concentrates_the_common_words() -> None:
         return float(np.bincount(ids).max() / len(ids))
 
     assert top_share(0.0) < 0.01 < top_share(1.0) < top_share(1.5)
+
+
+def test_real_pages_from_a_folder_of_pdfs(shared_data: Path) -> None:
+    """A PDF folder is a corpus too: one document per page with text, queries drawn from it."""
+    from vrag_compress.bench.real_pages import corpus_texts
+
+    texts, queries = corpus_texts(shared_data / "pdfs" / "gov")
+    assert len(texts) > 20 and all(len(t.split()) >= 8 for t in texts)
+    assert len(queries) == 225 and all(4 <= len(q.split()) <= 12 for q in queries)
+    assert any(q in t for q in queries[:5] for t in texts)

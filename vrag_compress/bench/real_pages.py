@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 POOL_CLUSTERS = 1024
 MIX = 0.7
 NOISE = 0.05
+QUERIES_FROM_PAGES = 225  # queries drawn from a PDF folder's pages (as many as Cranfield)
 
 
 @dataclass
@@ -57,14 +58,12 @@ def encode_corpus(
             q_bounds = z["query_bounds"]
             queries = [z["queries"][a:b] for a, b in zip(q_bounds[:-1], q_bounds[1:], strict=True)]
             return z["tokens"], z["doc_bounds"], queries
-    from vrag_compress.beir import load_beir
     from vrag_compress.encoders.text import TextTokenEncoder
 
-    data = load_beir(source)
-    texts = [t for t in data.docs.values() if t.strip()]
+    texts, query_texts = corpus_texts(source, seed=seed)
     encoder = TextTokenEncoder("minilm")
     docs = [e.vectors for e in encoder.encode_documents(texts)]
-    queries = encoder.encode_queries(list(data.queries.values()))
+    queries = encoder.encode_queries(query_texts)
     raw = np.concatenate(docs)
     basis = _pca_basis(raw, dim, seed)
     tokens = _normalise(raw @ basis)
@@ -83,6 +82,46 @@ def encode_corpus(
         )
         tmp.replace(cache)
     return tokens, doc_bounds, queries
+
+
+def corpus_texts(source: Path, *, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Document and query texts of a BEIR folder, or of a folder of PDFs (one document per
+    page with a text layer; as queries, a run of 4-12 words from a random page, since such a
+    folder has none of its own)."""
+    source = Path(source)
+    if (source / "corpus.jsonl").is_file():
+        from vrag_compress.beir import load_beir
+
+        data = load_beir(source)
+        return [t for t in data.docs.values() if t.strip()], list(data.queries.values())
+    texts = [t for t in pdf_page_texts(source) if len(t.split()) >= 8]
+    if not texts:
+        raise ValueError(f"{source} holds no corpus.jsonl and no PDF page with text")
+    rng = np.random.default_rng(seed)
+    queries = []
+    for _ in range(QUERIES_FROM_PAGES):
+        words = texts[int(rng.integers(len(texts)))].split()
+        n = int(rng.integers(4, 13))
+        start = int(rng.integers(0, max(1, len(words) - n)))
+        queries.append(" ".join(words[start : start + n]))
+    return texts, queries
+
+
+def pdf_page_texts(folder: Path) -> list[str]:
+    """The text layer of every page of the PDFs under ``folder`` (unreadable files skipped)."""
+    import pypdfium2 as pdfium
+
+    texts = []
+    for path in sorted(Path(folder).rglob("*.pdf")):
+        try:
+            pdf = pdfium.PdfDocument(str(path))
+        except pdfium.PdfiumError as exc:
+            log.warning("skipping %s: %s", path, exc)
+            continue
+        for page in pdf:
+            texts.append(" ".join(page.get_textpage().get_text_range().split()))
+        pdf.close()
+    return texts
 
 
 def _pca_basis(x: np.ndarray, dim: int, seed: int) -> np.ndarray:

@@ -78,7 +78,8 @@ def bench_store(
     source_dataset: Path | None = typer.Option(
         None,
         "--source-dataset",
-        help="BEIR folder for --data real [default: the shared Cranfield].",
+        help="BEIR folder, or a folder of PDFs (their page text; queries drawn from it), "
+        "for --data real [default: the shared Cranfield].",
     ),
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Where --data real caches its encodings [~/.cache/vrag]."
@@ -243,9 +244,10 @@ def _real_source(source: Path | None) -> Path:
     from vrag_compress.bench.paths import data_dir
 
     path = source or data_dir() / "cranfield"
-    if not (path / "corpus.jsonl").is_file():
+    if not (path / "corpus.jsonl").is_file() and not any(path.rglob("*.pdf")):
         raise typer.BadParameter(
-            f"{path} is not a BEIR folder (no corpus.jsonl)", param_hint="--source-dataset"
+            f"{path} is neither a BEIR folder (no corpus.jsonl) nor a folder of PDFs",
+            param_hint="--source-dataset",
         )
     return path
 
