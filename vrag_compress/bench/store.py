@@ -17,6 +17,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -320,10 +321,16 @@ def _generate_real(
     keep_full: bool,
     seed: int,
 ) -> dict[str, Any]:
-    """Resampled real pages (compressed = random kept subsets) and the corpus's real queries."""
+    """Resampled real pages (compressed = random kept subsets) and the corpus's real queries.
+
+    Without full pages the compressed ones are a `PageStream`: generated batch by batch while
+    they are written, never all in memory (a million pages are 26 GB of fp16)."""
     from vrag_compress.bench.real_pages import pages as real_pages
     from vrag_compress.bench.real_pages import queries as real_queries
 
+    if not keep_full:
+        stream = PageStream(lambda: real_pages(pool, pages, k, seed=seed, batch=batch), pages)
+        return {"compressed": stream, "full": None, "queries": real_queries(pool, n_queries)}
     rng = np.random.default_rng(seed)
     compressed = np.empty((pages, k, pool.dim), dtype=np.float16)
     full = np.empty((pages, tokens_full, pool.dim), dtype=np.float16) if keep_full else None
@@ -341,6 +348,32 @@ def _generate_real(
             start += n
             bar.advance(task, n)
     return {"compressed": compressed, "full": full, "queries": real_queries(pool, n_queries)}
+
+
+class PageStream:
+    """Compressed pages generated on demand, batch by batch (``len`` pages in all); iterating
+    again regenerates the same pages (the generator is seeded)."""
+
+    def __init__(self, batches: Callable[[], Iterator[np.ndarray]], n_pages: int):
+        self.batches = batches
+        self.n_pages = n_pages
+
+    def __len__(self) -> int:
+        return self.n_pages
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for chunk in self.batches():
+            yield chunk.astype(np.float16)
+
+    def head(self, rows: int) -> np.ndarray:
+        """The first pages' vectors ``[≤ rows, D]`` (whole batches)."""
+        parts, got = [], 0
+        for chunk in self:
+            parts.append(chunk.reshape(-1, chunk.shape[-1]))
+            got += len(parts[-1])
+            if got >= rows:
+                break
+        return np.concatenate(parts)[:rows]
 
 
 def _run(
@@ -463,11 +496,17 @@ def _exact_top10(store: Any, qs: list[np.ndarray], batch: int = 50) -> list[list
     return ids
 
 
-def _blas_floor(compressed: np.ndarray, qs: list[np.ndarray]) -> tuple[float, bool]:
+def _blas_floor(compressed: Any, qs: list[np.ndarray]) -> tuple[float, bool]:
     """Median time of one ``q @ T.T`` over the compressed token matrix in fp32.
 
     Above 2 GiB of fp32 the product runs on the first 2 GiB and is scaled by size (flagged)."""
-    flat = compressed.reshape(-1, compressed.shape[-1])
+    if isinstance(compressed, PageStream):
+        dim = qs[0].shape[1]
+        total = len(compressed) * _tokens_per_page(compressed)
+        flat = compressed.head((2 << 30) // (dim * 4))
+    else:
+        flat = compressed.reshape(-1, compressed.shape[-1])
+        total = len(flat)
     rows = min(len(flat), (2 << 30) // (flat.shape[1] * 4))
     tokens = flat[:rows].astype(np.float32)
     times = []
@@ -475,7 +514,11 @@ def _blas_floor(compressed: np.ndarray, qs: list[np.ndarray]) -> tuple[float, bo
         t0 = time.perf_counter()
         q @ tokens.T
         times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1000) * len(flat) / rows, rows < len(flat)
+    return float(np.median(times) * 1000) * total / rows, rows < total
+
+
+def _tokens_per_page(stream: PageStream) -> int:
+    return int(next(iter(stream)).shape[1])
 
 
 def _bruteforce(full: np.ndarray, qs: list[np.ndarray], threads: int) -> float:

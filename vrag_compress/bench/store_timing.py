@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +24,39 @@ def progress() -> Progress:
     return task_progress(err)
 
 
-def add_all(store: Any, pages: np.ndarray, batch: int, label: str) -> float:
-    """Add all pages in batches; returns the seconds spent inside add()."""
+def add_all(store: Any, pages: Any, batch: int, label: str) -> float:
+    """Add all pages in batches of ``batch`` (pages: an array ``[P, k, D]`` or an iterable of
+    such arrays with a length in pages); returns the seconds spent inside add()."""
     from vrag_compress.store import PageRecord
 
     spent = 0.0
+    i = 0
     with progress() as bar:
         task = bar.add_task(label, total=len(pages))
-        for start in range(0, len(pages), batch):
-            records = [
-                PageRecord(
-                    f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, pages[i], {"n": i % 7}
+        for chunk in _batches(pages, batch):
+            records = []
+            for vectors in chunk:
+                records.append(
+                    PageRecord(
+                        f"page-{i:07d}", f"doc-{i // 20:06d}", i % 20 + 1, vectors, {"n": i % 7}
+                    )
                 )
-                for i in range(start, min(start + batch, len(pages)))
-            ]
+                i += 1
             t0 = time.perf_counter()
             store.add(records)
             spent += time.perf_counter() - t0
             bar.advance(task, len(records))
     return spent
+
+
+def _batches(pages: Any, batch: int) -> Iterator[np.ndarray]:
+    if isinstance(pages, np.ndarray):
+        for start in range(0, len(pages), batch):
+            yield pages[start : start + batch]
+        return
+    for chunk in pages:
+        for start in range(0, len(chunk), batch):
+            yield chunk[start : start + batch]
 
 
 def timed_search(

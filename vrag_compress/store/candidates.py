@@ -191,15 +191,16 @@ def train(
     seed: int = 0,
     gpu: bool | None = None,
     reserve: Callable[[str], None] | None = None,
+    k: int | None = None,
 ) -> dict[str, Any]:
     """Train centroids on the given pages, encode all their tokens, write a new base; returns
-    the manifest to commit."""
+    the manifest to commit. ``k``: that many cells instead of the size rule's."""
     if codes not in NBITS:
         raise ValueError(f"codes must be one of {tuple(NBITS)}, got {codes!r}")
     total = int(bounds[-1])
     if len(tokens) != total or len(pids) != len(bounds) - 1:
         raise ValueError(f"{len(pids)} pages with {total} tokens, got {len(tokens)} token rows")
-    k = cz.choose_k(total)
+    k = cz.choose_k(total) if k is None else max(1, min(int(k), cz.MAX_K, total))
     sample = cz.training_sample(total, k, seed=seed)
     centroids = cz.train_centroids(
         np.asarray(tokens[sample], dtype=np.float32), k, seed=seed, gpu=gpu

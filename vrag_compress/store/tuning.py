@@ -29,6 +29,7 @@ NPROBE_GRID = (8, 12, 16, 24, 32, 48, 64)
 VECTOR_COST = 40  # a reranked vector costs about 40 list entries (measured: 0.8 µs vs 20 ns)
 QUERY_TOKENS = 24
 QUERY_NOISE = 0.5
+QUERY_FOREIGN = 0.0
 TOP = 10
 MIN_DEPTH = 64
 
@@ -57,22 +58,31 @@ def sample_size(n_pages: int) -> int:
 
 
 def pseudo_queries(
-    tokens: Any, bounds: np.ndarray, n: int, *, seed: int = 0, noise: float = QUERY_NOISE
+    tokens: Any,
+    bounds: np.ndarray,
+    n: int,
+    *,
+    seed: int = 0,
+    noise: float = QUERY_NOISE,
+    foreign: float = QUERY_FOREIGN,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``n`` stored pages (their positions) and from each a query: up to 24 of its vectors,
-    each moved off the page by noise of norm ``noise``, so that the page is not a perfect match
-    and its neighbours compete (real queries share words with many pages; they are not copies
-    of one page's vectors)."""
+    """``n`` stored pages (their positions) and from each a query of up to 24 vectors: most of
+    them the page's own, a share ``foreign`` taken from other random pages, all moved off by
+    noise of norm ``noise``. Real queries are not copies of one page: they hold words the page
+    lacks and share words with many pages, which is what makes neighbours compete."""
     rng = np.random.default_rng(seed)
     n_pages = len(bounds) - 1
     picked = np.sort(rng.choice(n_pages, size=min(n, n_pages), replace=False))
     queries = []
     for p in picked:
         rows = np.asarray(tokens[int(bounds[p]) : int(bounds[p + 1])], dtype=np.float32)
-        take = np.sort(rng.choice(len(rows), size=min(QUERY_TOKENS, len(rows)), replace=False))
-        q = rows[take] + rng.normal(
-            scale=noise / np.sqrt(rows.shape[1]), size=(len(take), rows.shape[1])
-        )
+        size = min(QUERY_TOKENS, len(rows))
+        n_foreign = int(round(foreign * size))
+        own = rows[np.sort(rng.choice(len(rows), size=size - n_foreign, replace=False))]
+        others = rng.integers(0, n_pages, size=n_foreign)
+        at = bounds[others] + (rng.random(n_foreign) * (bounds[others + 1] - bounds[others]))
+        q = np.concatenate([own, np.asarray(tokens[np.sort(at.astype(np.int64))], np.float32)])
+        q = q + rng.normal(scale=noise / np.sqrt(q.shape[1]), size=q.shape)
         queries.append((q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32))
     return picked, queries
 
