@@ -127,7 +127,12 @@ def test_info_verify_show_delete(cli_index: Path, tmp_path: Path):
     code, stdout = run("info", copy, "--recall", "--json")
     candidate = json.loads(stdout)["candidate_index"]
     assert candidate["k"] >= 1 and candidate["recall@10"] == 1.0  # tiny: every page reranked
+    assert candidate["params_from"] == "measured" and candidate["tuned"]["target"] == 0.97
     assert run("optimize", copy, "--codes", "3bit")[0] == 2
+    code, stdout = run("optimize", copy, "--recall-target", "0.99", "--json")
+    assert code == 0 and json.loads(stdout)["tuned"]["target"] == 0.99  # kept in the index
+    assert json.loads(run("info", copy, "--json")[1])["candidate_index"]["recall_target"] == 0.99
+    assert run("optimize", copy, "--recall-target", "1.5")[0] == 2
 
 
 def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
