@@ -22,7 +22,9 @@ def trained(tmp_path_factory):
     return cand.CandidateIndex.open(root, manifest), tokens, bounds
 
 
-def test_touched_scores_read_only_the_probed_lists(trained):
+@pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["sparse", "dense"])
+def test_touched_scores_read_only_the_probed_lists(trained, monkeypatch, dense_ratio):
+    monkeypatch.setattr(cz, "DENSE_STAGE_RATIO", dense_ratio)
     index, tokens, bounds = trained
     q = queries_from(tokens, bounds, 1)[0]
     cells, cell_scores, floor = cz.probe(q, index.centroids, 4)
