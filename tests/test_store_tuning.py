@@ -126,3 +126,12 @@ def test_a_store_of_five_pages_is_tuned_on_what_it_has(tmp_path):
         store.optimize()
         tuned = store.index_info()["tuned"]
         assert tuned["reached"] and tuned["recall"] == 1.0 and tuned["queries"] == 5
+
+
+def test_a_page_no_slot_holds_is_never_found_by_the_candidates(trained):
+    index, tokens, bounds = trained
+    slot_pos = np.arange(1500)
+    slot_pos[1499] = -1  # its slot is deleted; the page lives on at a position no slot maps to
+    q = np.asarray(tokens[bounds[0] : bounds[1]], dtype=np.float32)  # page 0's own vectors
+    ranks, _ = tuning.approximate_ranks(index, [q], [np.array([1499, 0])], 4, slot_pos)
+    assert ranks[0, 0] == np.inf and np.isfinite(ranks[0, 1]) and np.isnan(ranks[0, 2])

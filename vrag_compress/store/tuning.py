@@ -114,7 +114,8 @@ def approximate_ranks(
         pos = slots if slot_pos is None else slot_pos[slots]
         live = pos >= 0
         slots, scores, pos = slots[live], scores[live], pos[live]
-        where = np.full(max(n_pos, 1), -1, dtype=np.int64)
+        # pages no index part covers (unindexed) have positions past every slot's
+        where = np.full(max(n_pos, int(want.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
         where[pos] = np.arange(len(pos))
         at = where[want]
         found = at >= 0
