@@ -329,7 +329,7 @@ def _generate_real(
     from vrag_compress.bench.real_pages import queries as real_queries
 
     if not keep_full:
-        stream = PageStream(lambda: real_pages(pool, pages, k, seed=seed, batch=batch), pages)
+        stream = PageStream(lambda: real_pages(pool, pages, k, seed=seed, batch=batch), pages, k)
         return {"compressed": stream, "full": None, "queries": real_queries(pool, n_queries)}
     rng = np.random.default_rng(seed)
     compressed = np.empty((pages, k, pool.dim), dtype=np.float16)
@@ -351,12 +351,15 @@ def _generate_real(
 
 
 class PageStream:
-    """Compressed pages generated on demand, batch by batch (``len`` pages in all); iterating
-    again regenerates the same pages (the generator is seeded)."""
+    """Compressed pages generated on demand, batch by batch (``len`` pages of
+    ``tokens_per_page`` vectors); iterating again regenerates the same pages (seeded)."""
 
-    def __init__(self, batches: Callable[[], Iterator[np.ndarray]], n_pages: int):
+    def __init__(
+        self, batches: Callable[[], Iterator[np.ndarray]], n_pages: int, tokens_per_page: int
+    ):
         self.batches = batches
         self.n_pages = n_pages
+        self.tokens_per_page = tokens_per_page
 
     def __len__(self) -> int:
         return self.n_pages
@@ -502,7 +505,7 @@ def _blas_floor(compressed: Any, qs: list[np.ndarray]) -> tuple[float, bool]:
     Above 2 GiB of fp32 the product runs on the first 2 GiB and is scaled by size (flagged)."""
     if isinstance(compressed, PageStream):
         dim = qs[0].shape[1]
-        total = len(compressed) * _tokens_per_page(compressed)
+        total = len(compressed) * compressed.tokens_per_page
         flat = compressed.head((2 << 30) // (dim * 4))
     else:
         flat = compressed.reshape(-1, compressed.shape[-1])
@@ -515,10 +518,6 @@ def _blas_floor(compressed: Any, qs: list[np.ndarray]) -> tuple[float, bool]:
         q @ tokens.T
         times.append(time.perf_counter() - t0)
     return float(np.median(times) * 1000) * total / rows, rows < total
-
-
-def _tokens_per_page(stream: PageStream) -> int:
-    return int(next(iter(stream)).shape[1])
 
 
 def _bruteforce(full: np.ndarray, qs: list[np.ndarray], threads: int) -> float:

@@ -335,7 +335,12 @@ class CandidateIndex:
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """The slots the probed cells name (base pages from their lists, every tail page from
         its codes), their approximate scores, and the score of every other slot."""
-        cells, cell_scores, floor = cz.probe(query, self.centroids, nprobe)
+        return self.probed_scores(*cz.probe(query, self.centroids, nprobe))
+
+    def probed_scores(
+        self, cells: np.ndarray, cell_scores: np.ndarray, floor: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """`touched_scores` of a query already probed (`centroids.probe`)."""
         slots, scores = cz.touched_scores(
             cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids)
         )

@@ -108,9 +108,10 @@ def approximate_ranks(
     entries = 0.0
     n_pos = index.n_slots if slot_pos is None else int(slot_pos.max(initial=-1)) + 1
     for i, (q, want) in enumerate(zip(queries, truth, strict=True)):
-        cells, _, _ = cz.probe(q, index.centroids, nprobe)
+        probed = cz.probe(q, index.centroids, nprobe)
+        cells = probed[0]
         entries += float((index.indptr[cells + 1] - index.indptr[cells]).sum())
-        slots, scores, _ = index.touched_scores(q, nprobe)
+        slots, scores, _ = index.probed_scores(*probed)
         pos = slots if slot_pos is None else slot_pos[slots]
         live = pos >= 0
         slots, scores, pos = slots[live], scores[live], pos[live]
