@@ -21,11 +21,8 @@ from PIL import Image
 import vrag_compress.compat  # noqa: F401  (before transformers)
 from vrag_compress import VisualIndex
 from vrag_compress.encoders import StatsUnavailableError, load_encoder
-from vrag_compress.encoders.text import TextTokenEncoder, resolve_text_model
-
-pytest.importorskip("sentence_transformers.multi_vector_encoder")
-from sentence_transformers import MultiVectorEncoder  # noqa: E402
-from sentence_transformers.base.modules import Normalize, Transformer  # noqa: E402
+from vrag_compress.encoders.text import TextTokenEncoder
+from vrag_compress.testing import tiny_multi_vector_encoder
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -37,23 +34,9 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def text_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(tiny BERT folder, MultiVectorEncoder folder over it) with MiniLM's real tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
     root = tmp_path_factory.mktemp("st_text")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_text_model("minilm"))
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-    )
-    BertModel(config).eval().save_pretrained(root / "bert")
-    tokenizer.save_pretrained(root / "bert")
-    model = MultiVectorEncoder(modules=[Transformer(str(root / "bert")), Normalize()], device="cpu")
-    model.save_pretrained(str(root / "mve"))
-    return root / "bert", root / "mve"
+    mve = tiny_multi_vector_encoder(root)
+    return root / "bert", mve
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +137,8 @@ def test_image_vectors_equal_a_transformers_forward(image_model: Path) -> None:
 def test_a_backbone_without_capture_still_encodes_but_says_why(
     text_model: tuple[Path, Path],
 ) -> None:
+    from sentence_transformers import MultiVectorEncoder
+
     _, mve = text_model
     model = MultiVectorEncoder(str(mve), device="cpu")
 
@@ -173,6 +158,8 @@ def test_index_takes_a_multi_vector_encoder_and_reopens_it(
     text_model: tuple[Path, Path], shared_data: Path, tmp_path: Path
 ) -> None:
     """SAP (attention statistics) through the wrapped model; `open` rebuilds it from the record."""
+    from sentence_transformers import MultiVectorEncoder
+
     _, mve = text_model
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
     path = tmp_path / "ix"
