@@ -430,3 +430,32 @@ def test_unauthenticated_and_oversized_bodies_are_refused_before_reading(index_d
             "/api/documents", content=b"x", headers={**AUTH, "Content-Length": "99999999"}
         )
         assert declared.status_code == 413
+
+
+def test_restart_answers_finished_jobs_and_resumes_with_the_metadata(index_dir, pdfs):
+    """Issues 32.10 and 32.1 without a real kill: a finished job's id answered 404 after a
+    restart, and a resumed upload lost its metadata. The unfinished upload is made by putting
+    its record back to "queued" and deleting its pages, as a kill before the commit leaves it."""
+    with serve(index_dir) as client:
+        jobs = []
+        for name, team in (("multi", "ops"), ("small", "finance")):
+            posted = client.post(
+                "/api/documents",
+                files={"file": (f"{name}.pdf", pdfs[name].read_bytes())},
+                data={"metadata": json.dumps({"team": team})},
+                headers=AUTH,
+            )
+            jobs.append(posted.json())
+            assert wait_for(client, jobs[-1]["job"])["state"] == "done"
+    record = index_dir / "uploads" / jobs[1]["job"] / ".job.json"
+    record.write_text(record.read_text().replace('"state": "done"', '"state": "queued"'))
+    with VisualIndex.open(index_dir) as index:
+        assert index.delete(jobs[1]["doc_id"]) == 1
+    with serve(index_dir) as client:
+        finished = client.get(f"/api/jobs/{jobs[0]['job']}").json()
+        assert finished["state"] == "done" and finished["pages_done"] == 5
+        assert not finished["resumed"]
+        resumed = wait_for(client, jobs[1]["job"])
+        assert resumed["state"] == "done" and resumed["resumed"] and resumed["pages_done"] == 1
+        hits = client.get("/api/search", params={"q": "x", "filter": "team=finance"}).json()
+        assert [h["doc_id"] for h in hits["hits"]] == [jobs[1]["doc_id"]]
