@@ -459,3 +459,18 @@ def test_restart_answers_finished_jobs_and_resumes_with_the_metadata(index_dir, 
         assert resumed["state"] == "done" and resumed["resumed"] and resumed["pages_done"] == 1
         hits = client.get("/api/search", params={"q": "x", "filter": "team=finance"}).json()
         assert [h["doc_id"] for h in hits["hits"]] == [jobs[1]["doc_id"]]
+
+
+def test_cli_passes_the_bound_and_allowed_host_names(index_dir, monkeypatch):
+    import uvicorn
+
+    import vrag_compress.serve as serve_module
+
+    seen: dict = {}
+    monkeypatch.setattr(serve_module, "create_app", lambda config: seen.setdefault("c", config))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.setdefault("run", kwargs))
+    args = ["serve", str(index_dir), "--host", "localhost", "--port", "8765"]
+    result = CliRunner().invoke(cli, [*args, "--allowed-host", "a.example", "--allowed-host", "b"])
+    assert result.exit_code == 0, result.output
+    assert seen["c"].host == "localhost" and seen["c"].allowed_hosts == ["a.example", "b"]
+    assert seen["run"]["port"] == 8765

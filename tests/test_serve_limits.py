@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from vrag_compress import VisualIndex
+from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.bench.serve import serving
 from vrag_compress.serve import ServeConfig, create_app
 from vrag_compress.serve.guards import BODY_SLACK
@@ -80,7 +80,8 @@ def post_chunked(port: int, headers: dict[str, str]) -> tuple[int, int]:
 @pytest.fixture()
 def index_dir(tmp_path: Path) -> Path:
     path = tmp_path / "limits.vrag"
-    VisualIndex.create(path, model="tiny-colqwen2").close()
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor).close()
     return path
 
 
