@@ -230,6 +230,10 @@ def query_token_labels(encoder: Any, query: Any, n_tokens: int) -> list[str] | N
     token count matches the query vectors; else None (explanations then number the tokens)."""
     if not isinstance(query, str):
         return None
+    own = getattr(encoder, "token_labels", None)
+    if callable(own):  # encoders that tokenize without transformers (the ONNX query path)
+        tokens = own(query)
+        return tokens if len(tokens) == n_tokens else None
     try:
         processor = getattr(encoder, "processor", None)
         if processor is not None and hasattr(processor, "process_queries"):

@@ -8,6 +8,7 @@ indexing pipeline behind `add` lives in `vrag_compress.indexing`, the stored set
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,10 @@ class Hit:
         }
 
 
+QUERY_BACKEND_ENV = "VRAG_QUERY_BACKEND"
+"""``torch`` makes searches load the torch encoder even when an ONNX query export exists."""
+
+
 def adapt_encoder(encoder: Any) -> Encoder | None:
     """Our encoder for what the user passed (a Sentence Transformers model is wrapped)."""
     if encoder is None:
@@ -159,6 +164,7 @@ class VisualIndex:
         self.path = path
         self.store = store
         self._encoder = adapt_encoder(encoder)
+        self._query_encoder: Any = None
         self._device = device
         self.config = IndexConfig.from_dict(store.config)
         self.model_id: str = self.config.model_id
@@ -344,6 +350,21 @@ class VisualIndex:
         return self._encoder
 
     @property
+    def query_encoder(self) -> Any:
+        """What encodes queries: the loaded encoder, else the model's ONNX export on the CPU
+        (`vrag export-onnx`: no torch in the process; ``VRAG_QUERY_BACKEND=torch`` declines it),
+        else the encoder, loaded."""
+        wanted = os.environ.get(QUERY_BACKEND_ENV, "auto") != "torch"
+        on_cpu = self._device in ("auto", "cpu")
+        if self._encoder is None and self._query_encoder is None and on_cpu and wanted:
+            from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
+
+            self._query_encoder = load_onnx_query_encoder(self.model_id)
+        if self._encoder is None and self._query_encoder is not None:
+            return self._query_encoder
+        return self.encoder
+
+    @property
     def compressor(self) -> Compressor:
         """The compressor recorded in the index, rebuilt from its name and parameters."""
         if self._compressor is None:
@@ -393,7 +414,8 @@ class VisualIndex:
                 None, k, filter=filter, mode="text", text=text, fts_syntax=fts_syntax
             )
             return [self._hit(r) for r in results]
-        vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
+        queries = self.query_encoder
+        vectors = queries.encode_queries([query])[0] if isinstance(query, str) else query
         results = self.store.search(
             vectors,
             k,
@@ -405,7 +427,7 @@ class VisualIndex:
             fts_syntax=fts_syntax,
         )
         hits = [self._hit(r) for r in results]
-        labels = query_token_labels(self.encoder, query, len(vectors)) if hits else None
+        labels = query_token_labels(queries, query, len(vectors)) if hits else None
         records = {r.page_id: r for r in self.store.get([h.page_id for h in hits], missing="skip")}
         for hit in hits:
             if hit.page_id in records:
@@ -415,11 +437,12 @@ class VisualIndex:
 
     def explain(self, query: str | np.ndarray, doc_id: str, page_no: int) -> Explanation:
         """How `query` scores against one stored page, token by token, placed on the page."""
-        vectors = self.encoder.encode_queries([query])[0] if isinstance(query, str) else query
+        queries = self.query_encoder
+        vectors = queries.encode_queries([query])[0] if isinstance(query, str) else query
         records = self.store.get([default_page_id(doc_id, page_no)], missing="skip")
         if not records:
             raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
-        labels = query_token_labels(self.encoder, query, len(vectors))
+        labels = query_token_labels(queries, query, len(vectors))
         return self._explain_record(vectors, records[0], labels)
 
     def _explain_record(

@@ -13,6 +13,7 @@ import vrag_compress.bench.estimate  # noqa: F401
 import vrag_compress.bench.ingest  # noqa: F401
 import vrag_compress.bench.lexical  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
+import vrag_compress.bench.onnx  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
 import vrag_compress.bench.serve  # noqa: F401
 import vrag_compress.bench.store  # noqa: F401
@@ -21,6 +22,7 @@ from vrag_compress.cli import (  # noqa: F401  (importing registers the commands
     estimate,
     index,
     migrate,
+    onnx,
     serve,
 )
 from vrag_compress.cli.app import app

@@ -1,0 +1,97 @@
+"""`vrag export-onnx`: MiniLM queries through ONNX Runtime, no torch, equal to the torch path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vrag_compress import VisualIndex
+
+QUERIES = ["background checks by state", "x", "how many permits were issued in november 2015"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> dict[str, Path]:
+    """A MiniLM index of one real PDF, and the MiniLM query export in a private model cache."""
+    root = tmp_path_factory.mktemp("onnx")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(root / "cache")}
+    pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
+    cli = [sys.executable, "-m", "vrag_compress"]
+    index = root / "ix"
+    for args in (["index", pdf, "--index", index, "--model", "minilm"], ["export-onnx", index]):
+        subprocess.run([*cli, *map(str, args)], check=True, env=env, capture_output=True)
+    return {"index": index, "cache": root / "cache"}
+
+
+def test_onnx_query_vectors_equal_the_torch_encoder(
+    exported: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vrag_compress.encoders import load_encoder
+    from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
+
+    monkeypatch.setenv("VRAG_CACHE_DIR", str(exported["cache"]))
+    onnx = load_onnx_query_encoder("minilm")
+    assert onnx is not None
+    torch_vectors = load_encoder("minilm", device="cpu").encode_queries(QUERIES)
+    for got, want in zip(onnx.encode_queries(QUERIES), torch_vectors, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-4)
+    with pytest.raises(ValueError, match="empty"):
+        onnx.encode_queries(["  "])
+
+
+def test_search_uses_the_export_and_ranks_as_torch_does(
+    exported: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vrag_compress.encoders.onnx_query import OnnxTextQueryEncoder
+
+    monkeypatch.setenv("VRAG_CACHE_DIR", str(exported["cache"]))
+    with VisualIndex.open(exported["index"], readonly=True) as index:
+        hits = index.search(QUERIES[0], k=5)
+        assert isinstance(index.query_encoder, OnnxTextQueryEncoder)
+        labels = [t.label for t in sorted(hits[0].explain().tokens, key=lambda t: t.token)]
+        assert labels[:2] == ["[CLS]", "background"]
+    with VisualIndex.open(exported["index"], readonly=True, device="cpu") as index:
+        index.encoder  # noqa: B018  (loading the torch encoder makes queries use it)
+        reference = index.search(QUERIES[0], k=5)
+    assert [h.page_id for h in hits] == [h.page_id for h in reference]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in reference], abs=1e-3)
+
+
+def test_a_cli_search_with_an_export_never_imports_torch(exported: dict[str, Path]) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(exported["cache"])}
+    argv = ["vrag", "search", str(exported["index"]), "background checks", "--json"]
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = {argv!r}\n"
+        "try:\n    runpy.run_module('vrag_compress', run_name='__main__')\n"
+        "except SystemExit as stop:\n    assert not stop.code, stop.code\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import json\n" + probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_col_models_are_refused_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "vrag_compress", "export-onnx", "tiny-colpali"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+    assert "only text models" in " ".join(done.stderr.split())
