@@ -664,8 +664,13 @@ def verify(
     json_out: bool = JsonOpt,
 ) -> None:
     """Check checksums and catalog/segment agreement; exit 1 when a problem is found."""
+    from vrag_compress.store import StoreError
+
     with open_index(index_dir, readonly=True) as vindex:
-        report = vindex.verify()
+        try:
+            report = vindex.verify()
+        except StoreError as error:
+            fail(str(error))
     payload = {"ok": report.ok, "pages": report.pages, "problems": list(report.problems)}
     if json_out:
         emit_json(payload)
