@@ -617,12 +617,7 @@ def schema_problems(conn: sqlite3.Connection) -> list[str]:
     schema version defines: a crafted trigger or view could change what writes do or reads see
     while every row still passes its checksum."""
     expected = _expected_schema(min(_schema_version(conn), SCHEMA_VERSION))
-    actual = {
-        (kind, name): (table, _normalised(sql))
-        for kind, name, table, sql in conn.execute(
-            "SELECT type, name, tbl_name, sql FROM main.sqlite_master"
-        )
-    }
+    actual = _schema_objects(conn)
     problems = []
     for key in sorted(set(actual) | set(expected)):
         kind, name = key
@@ -642,14 +637,22 @@ def _expected_schema(version: int) -> dict[tuple[str, str], tuple[str, str]]:
     conn = with_functions(sqlite3.connect(":memory:"))
     try:
         conn.executescript(BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in fts))
-        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+        return _schema_objects(conn)
     finally:
         conn.close()
-    return {(kind, name): (table, _normalised(sql)) for kind, name, table, sql in rows}
 
 
-def _normalised(sql: str | None) -> str:
-    return " ".join((sql or "").split())
+def _schema_objects(conn: sqlite3.Connection) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(type, name) -> (table, SQL with whitespace collapsed)`` of the main schema. The text
+    index's shadow tables are FTS5's own (their SQL varies with the SQLite version): compared by
+    name only."""
+    out = {}
+    for kind, name, table, sql in conn.execute(
+        "SELECT type, name, tbl_name, sql FROM main.sqlite_master"
+    ):
+        shadow = kind == "table" and name.startswith(f"{FTS_TABLE}_")
+        out[(kind, name)] = (table, "" if shadow else " ".join((sql or "").split()))
+    return out
 
 
 def orphan_pages(conn: sqlite3.Connection) -> tuple[int, str | None]:
