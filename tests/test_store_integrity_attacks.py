@@ -370,3 +370,23 @@ def test_writes_on_a_damaged_index_raise_store_errors_and_never_reseal(tmp_path,
             assert report.ok, (trial, kind, victim.name, report.problems)
         else:
             assert report.ok == (not damaged), (trial, kind, victim.name, report.problems)
+
+
+def test_cli_search_and_verify_name_a_damaged_index_file(shared_data, tmp_path):
+    from typer.testing import CliRunner
+
+    from vrag_compress import VisualIndex
+    from vrag_compress.cli import app
+
+    path = tmp_path / "tiny.vrag"
+    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:4]
+    with VisualIndex.create(path, model="tiny-colqwen2", compressor="uot", ratio=0.25) as index:
+        index.add(images, progress=False, ocr="never")
+    runner = CliRunner()
+    assert runner.invoke(app, ["optimize", str(path)]).exit_code == 0
+    victim = index_file(path, "lists")
+    victim.unlink()
+    for args in (["search", str(path), "a chart", "--mode", "two_stage"], ["verify", str(path)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert victim.name in result.output.replace("\n", "")
