@@ -471,6 +471,7 @@ def search(
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)
+    from vrag_compress.store import StoreError
     from vrag_compress.store.filters import FilterError
 
     with open_index(index_dir, readonly=True, store=store) as vindex:
@@ -480,7 +481,7 @@ def search(
             )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
-        except (ValueError, EncoderLoadError) as error:
+        except (ValueError, EncoderLoadError, StoreError) as error:  # e.g. a damaged index
             fail(str(error))
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
@@ -523,6 +524,8 @@ def ask(
     json_out: bool = JsonOpt,
 ) -> None:
     """Answer a question with a multimodal chat model, from the retrieved page images."""
+    from vrag_compress.store import StoreError
+
     try:
         import langchain_vrag_compress as lc
     except ImportError:
@@ -546,7 +549,7 @@ def ask(
         )
         try:
             pages = retriever.invoke(question)
-        except (ValueError, EncoderLoadError) as error:
+        except (ValueError, EncoderLoadError, StoreError) as error:
             fail(str(error))
         if not pages:
             fail(f"{index_dir}: the index has no pages to answer from")
@@ -665,8 +668,13 @@ def verify(
     json_out: bool = JsonOpt,
 ) -> None:
     """Check checksums and catalog/segment agreement; exit 1 when a problem is found."""
+    from vrag_compress.store import StoreError
+
     with open_index(index_dir, readonly=True) as vindex:
-        report = vindex.verify()
+        try:
+            report = vindex.verify()
+        except StoreError as error:
+            fail(str(error))
     payload = {"ok": report.ok, "pages": report.pages, "problems": list(report.problems)}
     if json_out:
         emit_json(payload)

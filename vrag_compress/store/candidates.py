@@ -86,7 +86,7 @@ def _load(folder: Path, name: str) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise
-    except (ValueError, OSError) as exc:
+    except Exception as exc:  # numpy's header parser raises many kinds on a damaged file
         raise StoreCorruptError(str(path), f"unreadable candidate index file: {exc}") from exc
 
 
@@ -160,25 +160,61 @@ def remove_orphans(
 def verify_files(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Problems with the index files: missing, unreadable, wrong shape, or failing their CRC."""
     folder = root / INDEX_DIR
-    problems = []
-    for name in sorted(manifest_files(manifest)):
-        path = folder / name
-        try:
-            array = _load(folder, name)
-        except FileNotFoundError:
-            problems.append(f"{path}: candidate index file is missing")
-            continue
-        except StoreCorruptError as exc:
-            problems.append(str(exc))
-            continue
-        if _crc(np.asarray(array)) != manifest["crc"].get(name):
-            problems.append(f"{path}: candidate index file fails its checksum")
+    problems = [
+        p
+        for p in (_file_problem(folder, n, manifest) for n in sorted(manifest_files(manifest)))
+        if p
+    ]
     if not problems:
         try:
             CandidateIndex.open(root, manifest)
         except StoreCorruptError as exc:
             problems.append(str(exc))
+        except FileNotFoundError as exc:  # vanished since its check (a newer generation)
+            problems.append(f"{exc.filename}: candidate index file is missing")
     return problems
+
+
+def check_files(root: Path, manifest: dict[str, Any], names: Collection[str] | None = None) -> None:
+    """Raise `StoreCorruptError` naming the first of ``names`` (default: every file of the
+    manifest) that is missing, unreadable or fails its checksum: what a rewrite reads must be
+    checked first, or the new files would seal the damage under fresh checksums."""
+    folder = root / INDEX_DIR
+    for name in sorted(manifest_files(manifest) if names is None else names):
+        problem = _file_problem(folder, name, manifest)
+        if problem:
+            file, _, detail = problem.partition(": ")
+            raise StoreCorruptError(file, detail)
+
+
+# What reading a damaged index file raises besides `StoreCorruptError` (out-of-range list entries,
+# shapes that do not broadcast, a header claiming a huge array).
+DAMAGE_SIGNS = (IndexError, ValueError, TypeError, KeyError, OverflowError, MemoryError, EOFError)
+
+
+def first_damage(root: Path, manifest: dict[str, Any] | None) -> StoreCorruptError | None:
+    """The first file of ``manifest`` that is missing, unreadable or fails its checksum (None
+    when all are sound): names the file behind an error that reading the index raised."""
+    if not manifest:
+        return None
+    try:
+        check_files(root, manifest)
+    except StoreCorruptError as exc:
+        return exc
+    return None
+
+
+def _file_problem(folder: Path, name: str, manifest: dict[str, Any]) -> str | None:
+    path = folder / name
+    try:
+        array = _load(folder, name)
+    except FileNotFoundError:
+        return f"{path}: candidate index file is missing"
+    except StoreCorruptError as exc:
+        return f"{exc.file}: {exc.detail}"
+    if _crc(np.asarray(array)) != manifest["crc"].get(name):
+        return f"{path}: candidate index file fails its checksum"
+    return None
 
 
 def train(
@@ -391,6 +427,7 @@ class CandidateIndex:
     def append(self, pids: np.ndarray, bounds: np.ndarray, tokens: np.ndarray) -> dict[str, Any]:
         """Assign new pages' tokens to the existing centroids in a new tail part; returns the
         manifest to commit."""
+        check_files(self.root, self.manifest, [self.manifest["centroids"], *self.manifest["codec"]])
         codes = cz.assign(tokens, self.centroids)
         resid = None if self.codec is None else self.codec.encode(tokens, codes, self.centroids)
         w = _Writer(self.root)
@@ -401,6 +438,7 @@ class CandidateIndex:
     def merge(self, live_pids: np.ndarray) -> dict[str, Any]:
         """Rewrite base and tails as one base holding only ``live_pids`` (the lists rebuilt);
         returns the manifest to commit."""
+        check_files(self.root, self.manifest)
         keep = np.flatnonzero(np.isin(self.slot_pids, live_pids))
         rows, bounds = gather_pages(self.slot_bounds, keep)
         codes = np.concatenate([self.base.codes, self.tail.codes])[rows]

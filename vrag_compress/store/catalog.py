@@ -10,7 +10,9 @@ checksum) is caught instead of silently changing ids, metadata or offsets.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import re
 import sqlite3
 import threading
 import unicodedata
@@ -58,7 +60,7 @@ FTS_STATEMENTS = (
     f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, {NFKC_SQL}(new.text)); END",
 )
 
-SCHEMA = """
+BASE_SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE documents(
     doc_id TEXT PRIMARY KEY, source TEXT, content_hash TEXT, n_pages INTEGER,
@@ -73,7 +75,15 @@ CREATE INDEX pages_doc ON pages(doc_id, page_no);
 CREATE INDEX pages_segment ON pages(segment_id, row_offset);
 CREATE TABLE tombstones(
     segment_id INTEGER NOT NULL, row_offset INTEGER NOT NULL, n_vectors INTEGER NOT NULL);
-""" + "".join(f"{stmt};\n" for stmt in FTS_STATEMENTS)
+"""
+SCHEMA = BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in FTS_STATEMENTS)
+# Schema 2's text index held the raw page text (its triggers did not fold it).
+FTS_STATEMENTS_V2 = tuple(
+    re.sub(rf"{NFKC_SQL}\(((?:new|old)\.text)\)", r"\1", s) for s in FTS_STATEMENTS
+)
+# The schema version from which every catalog carries the meta checksum (it came with schema 1,
+# so a schema 1 store may predate it; a later one never lacks it).
+META_CRC_SINCE = 2
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SQL_BATCH = 500  # ids per IN (...) list, well under SQLite's variable limit
@@ -190,15 +200,34 @@ def seal_meta(conn: sqlite3.Connection) -> None:
 
 
 def meta_problem(conn: sqlite3.Connection) -> str | None:
-    """Why the meta table cannot be trusted, or None (stores made before the checksum pass)."""
+    """Why the meta table cannot be trusted, or None. Only a store that predates the checksum
+    may lack it: schema 1, which never had a text index (a removed row cannot pass for that)."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_CRC,)).fetchone()
-    if row is not None and row[0] != str(meta_crc(conn)):
+    if row is None:
+        if _schema_version(conn) < META_CRC_SINCE and not has_text_index(conn):
+            return None
+        return "the meta table (config, schema, counters) lacks its checksum (removed by hand?)"
+    if row[0] != str(meta_crc(conn)):
         return "the meta table (config, schema, counters) fails its checksum (edited by hand?)"
     return None
 
 
+def _schema_version(conn: sqlite3.Connection) -> int:
+    """The recorded schema version; anything unreadable counts as the newest (fully checked)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    try:
+        version = json.loads(row[0]) if row else None
+    except ValueError:
+        version = None
+    return version if type(version) is int else SCHEMA_VERSION
+
+
 def write_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+
+def delete_meta(conn: sqlite3.Connection, key: str) -> None:
+    conn.execute("DELETE FROM meta WHERE key = ?", (key,))
 
 
 def _crc(values: list[Any]) -> int:
@@ -581,6 +610,58 @@ def integrity_problems(conn: sqlite3.Connection, *, quick: bool) -> list[str]:
     """SQLite's own ``quick_check`` or full ``integrity_check``; empty when the file is sound."""
     rows = conn.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}").fetchall()
     return [] if rows == [("ok",)] else [r[0] for r in rows]
+
+
+def schema_problems(conn: sqlite3.Connection) -> list[str]:
+    """Schema objects (tables, indexes, triggers, views) that differ from those the catalog's
+    schema version defines: a crafted trigger or view could change what writes do or reads see
+    while every row still passes its checksum."""
+    expected = _expected_schema(min(_schema_version(conn), SCHEMA_VERSION))
+    actual = _schema_objects(conn)
+    problems = []
+    for key in sorted(set(actual) | set(expected)):
+        kind, name = key
+        if key not in expected:
+            problems.append(f"unexpected {kind} {name!r} on {actual[key][0]!r} (crafted?)")
+        elif key not in actual:
+            problems.append(f"{kind} {name!r} is missing")
+        elif actual[key] != expected[key]:
+            problems.append(f"{kind} {name!r} differs from its definition (edited?)")
+    return problems
+
+
+@functools.cache
+def _expected_schema(version: int) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(type, name) -> (table, normalised SQL)`` of a fresh catalog of schema ``version``."""
+    fts = {1: (), 2: FTS_STATEMENTS_V2}.get(version, FTS_STATEMENTS)
+    conn = with_functions(sqlite3.connect(":memory:"))
+    try:
+        conn.executescript(BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in fts))
+        return _schema_objects(conn)
+    finally:
+        conn.close()
+
+
+def _schema_objects(conn: sqlite3.Connection) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(type, name) -> (table, SQL with whitespace collapsed)`` of the main schema. The text
+    index's shadow tables are FTS5's own (their SQL varies with the SQLite version): compared by
+    name only."""
+    out = {}
+    for kind, name, table, sql in conn.execute(
+        "SELECT type, name, tbl_name, sql FROM main.sqlite_master"
+    ):
+        shadow = kind == "table" and name.startswith(f"{FTS_TABLE}_")
+        out[(kind, name)] = (table, "" if shadow else " ".join((sql or "").split()))
+    return out
+
+
+def orphan_pages(conn: sqlite3.Connection) -> tuple[int, str | None]:
+    """Pages whose document has no row (every write gives each page's document one): their
+    count and the first such document id."""
+    row = conn.execute(
+        "SELECT count(*), min(doc_id) FROM pages WHERE doc_id NOT IN (SELECT doc_id FROM documents)"
+    ).fetchone()
+    return int(row[0]), row[1]
 
 
 # ----------------------------------------------------------------------------- text index (FTS5)

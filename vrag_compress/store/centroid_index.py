@@ -25,13 +25,14 @@ residual codes, and a retrain re-encodes decoded vectors (so it is done only whe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,21 @@ log = logging.getLogger(__name__)
 
 META_KEY = "candidate_index"
 CODES_ONLY_K_STEP = 4  # a codes-only store retrains when the rule's K moved this much
+# Why a store without fp16 vectors refuses to rewrite a damaged index, and what to do instead.
+CODES_ONLY_DAMAGE = (
+    "this store keeps no fp16 vectors, so these codes are the only copy of its vectors and "
+    "rewriting them (optimize, compact, retrain) would make the damage permanent. Restore the "
+    "store folder from a backup, or index its documents again into a new store"
+)
+
+REFUSED = "nothing was rewritten: " + CODES_ONLY_DAMAGE
+
+
+def damage_advice(fp16: bool) -> str:
+    """What a user should do about a damaged candidate index (the search warning says it)."""
+    if fp16:
+        return "run `verify`, then `optimize` (it trains a new index from the fp16 vectors)"
+    return "run `verify`; " + CODES_ONLY_DAMAGE
 
 
 @dataclass
@@ -81,12 +97,16 @@ class CentroidIndexes:
 
     def current(self) -> cand.CandidateIndex | None:
         """The committed index (memory-mapped; reopened only when a writer changed it)."""
+        seen = None
         for attempt in range(5):
             with self.ctx.catalog.read() as conn:
                 manifest = self.manifest(conn)
+            if seen is not None and manifest == seen[0]:  # no writer replaced it: damage
+                raise StoreCorruptError(seen[1], "candidate index file is missing")
             try:
                 return self._open(manifest)
-            except FileNotFoundError:  # a merge unlinked files between our read and the open
+            except FileNotFoundError as exc:  # a merge unlinked files between read and open?
+                seen = (manifest, str(exc.filename))
                 time.sleep(0.01 * (attempt + 1))
         raise StoreError(f"candidate index files of {self.ctx.root} kept disappearing; retry")
 
@@ -94,8 +114,24 @@ class CentroidIndexes:
         if manifest is None:
             self._index = None
         elif self._index is None or self._index.manifest["id"] != manifest["id"]:
-            self._index = cand.CandidateIndex.open(self.ctx.root, manifest)
+            with self.damage_named(manifest):
+                self._index = cand.CandidateIndex.open(self.ctx.root, manifest)
         return self._index
+
+    @contextlib.contextmanager
+    def damage_named(self, manifest: dict[str, Any] | None = None) -> Iterator[None]:
+        """Turn what reading a damaged index raises (an out-of-range list entry, shapes that
+        do not broadcast) into a `StoreCorruptError` naming the damaged file; an error with
+        every file sound is a bug and passes unchanged."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except cand.DAMAGE_SIGNS as exc:
+            found = cand.first_damage(self.ctx.root, manifest or self.manifest_now())
+            if found is None:
+                raise
+            raise found from exc
 
     def params(self, index: cand.CandidateIndex, n_pages: int) -> cz.SearchParams:
         """The probes and rerank depth the index measured for its recall target (the depth
@@ -122,7 +158,8 @@ class CentroidIndexes:
             return None
         params = self.params(index, n_pages)
         probed = params.nprobe * len(index.lists) // max(index.k, 1)
-        tail = int(index.tail.bounds[-1])
+        with self.damage_named(index.manifest):
+            tail = int(index.tail.bounds[-1])
         rerank = min(params.rerank, n_pages) * n_tokens // n_pages
         return index.k + probed + tail + rerank
 
@@ -186,22 +223,59 @@ class CentroidIndexes:
         pid_of = dict(cat.pages_by_id(conn, page_ids, "page_id, pid"))
         pids = np.array([pid_of[p] for p in page_ids], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
-        index = self._open(manifest)
-        assert index is not None
-        appended = cand.CandidateIndex.open(
-            self.ctx.root, index.append(pids, bounds, np.concatenate(vectors))
-        )
-        if appended.needs_merge():  # tails grew past their share: one base, fresh page lists
-            appended = cand.CandidateIndex.open(self.ctx.root, appended.merge(_live_pids(conn)))
-        cat.write_meta(conn, META_KEY, appended.manifest)
+
+        def assign() -> dict[str, Any]:
+            index = self._open(manifest)
+            assert index is not None
+            appended = cand.CandidateIndex.open(
+                self.ctx.root, index.append(pids, bounds, np.concatenate(vectors))
+            )
+            if appended.needs_merge():  # tails grew past their share: one base, fresh lists
+                return appended.merge(_live_pids(conn))
+            return appended.manifest
+
+        self._rewrite(conn, assign)
 
     def on_compact(self, conn: sqlite3.Connection) -> None:
         """Inside the compaction's transaction: rewrite the index without deleted pages."""
         manifest = self.manifest(conn)
         if manifest is not None:
+            self._rewrite(conn, lambda: self._checked(manifest).merge(_live_pids(conn)))
+
+    def _checked(self, manifest: dict[str, Any]) -> cand.CandidateIndex:
+        """The index of ``manifest``, opened; a file missing or damaged is a `StoreCorruptError`."""
+        try:
             index = self._open(manifest)
-            assert index is not None
-            cat.write_meta(conn, META_KEY, index.merge(_live_pids(conn)))
+        except FileNotFoundError as exc:
+            raise StoreCorruptError(str(exc.filename), "candidate index file is missing") from None
+        assert index is not None
+        return index
+
+    def _rewrite(self, conn: sqlite3.Connection, rewrite: Callable[[], dict[str, Any]]) -> None:
+        """Commit the manifest ``rewrite`` makes from the committed index (which checks what it
+        reads). A damaged index is never rewritten, as that would seal the damage under fresh
+        checksums: with fp16 vectors it is dropped (the next `optimize` trains a new one from
+        them); without, its codes are the only copy of the vectors, so the write is refused."""
+        try:
+            with self.damage_named(self.manifest(conn)):
+                new = rewrite()
+        except FileNotFoundError as exc:
+            problem = StoreCorruptError(str(exc.filename), "candidate index file is missing")
+        except StoreCorruptError as exc:
+            problem = exc
+        else:
+            cat.write_meta(conn, META_KEY, new)
+            return
+        if not self.ctx.fp16:
+            raise StoreCorruptError(problem.file, f"{problem.detail}; {REFUSED}")
+        log.warning(
+            "%s: dropped the damaged candidate index (%s); `optimize` trains a new one from the "
+            "fp16 vectors",
+            self.ctx.root,
+            problem,
+        )
+        cat.delete_meta(conn, META_KEY)
+        self._index = None
 
     def manifest_now(self) -> dict[str, Any] | None:
         """The committed manifest (a fresh read)."""
@@ -252,6 +326,8 @@ class CentroidIndexes:
                 groups.append(group)
 
         try:
+            if isinstance(snap.tokens, cand.CodedTokens):  # re-encoding the codes: check them
+                self._check_source(snap.tokens.index.manifest)
             manifest = cand.train(
                 self.ctx.root,
                 snap.pids,
@@ -338,6 +414,13 @@ class CentroidIndexes:
         cat.replace_segments(conn, [])
         return segs
 
+    def _check_source(self, manifest: dict[str, Any]) -> None:
+        """Refuse to re-encode codes that fail their checksums (the only copy of the vectors)."""
+        try:
+            cand.check_files(self.ctx.root, manifest)
+        except StoreCorruptError as exc:
+            raise StoreCorruptError(exc.file, f"{exc.detail}; {REFUSED}") from None
+
     def _unlink_segments(self, segs: dict[int, int]) -> None:
         """After the commit: remove segment files no page points at any more (a crash before
         this leaves orphans, which the next writer's open removes)."""
@@ -351,6 +434,9 @@ class CentroidIndexes:
         self, conn: sqlite3.Connection, index: cand.CandidateIndex, pids: np.ndarray
     ) -> dict[str, Any]:
         rows = cat.pages_by_pid(conn, pids.tolist(), "pid, segment_id, row_offset, n_vectors")
+        committed = self.manifest(conn)
+        if committed is not None and any(r[1] == seg.NO_SEGMENT for r in rows):
+            self._check_source(committed)  # their codes are re-encoded: check them first
         vectors = self.page_vectors(conn, rows)
         bounds = np.concatenate([[0], np.cumsum([r[3] for r in rows])]).astype(np.int64)
         return index.append(np.array([r[0] for r in rows]), bounds, np.concatenate(vectors))
@@ -362,9 +448,10 @@ class CentroidIndexes:
         coded = [r[0] for r in rows if r[1] == seg.NO_SEGMENT]
         decoded: dict[int, np.ndarray] = {}
         if coded:
-            tokens = self.coded_tokens(conn, np.array(coded, dtype=np.int64))
-            assert isinstance(tokens, cand.CodedTokens)
-            flat, b = tokens[:], tokens.bounds
+            with self.damage_named(self.manifest(conn)):
+                tokens = self.coded_tokens(conn, np.array(coded, dtype=np.int64))
+                assert isinstance(tokens, cand.CodedTokens)
+                flat, b = tokens[:], tokens.bounds
             decoded = {p: flat[b[i] : b[i + 1]] for i, p in enumerate(coded)}
         return [
             decoded[p] if s == seg.NO_SEGMENT else self.ctx.vectors(s, seg_rows[s], off, n)

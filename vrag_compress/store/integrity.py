@@ -25,12 +25,18 @@ T = TypeVar("T")
 _ATTEMPTS = 8
 
 
-def verify(ctx: StoreContext) -> VerifyReport:
-    """Full check: SQLite integrity, meta checksum, row and vector CRCs, ranges, segment sizes."""
-    return _stable(ctx, lambda: _verify_once(ctx), lambda r: not r.ok)
+def verify(
+    ctx: StoreContext, extra: Callable[[sqlite3.Connection], list[str]] | None = None
+) -> VerifyReport:
+    """Full check: SQLite integrity, meta checksum, schema objects, pages against documents,
+    row and vector CRCs, ranges, segment sizes, and ``extra``'s problems (the candidate index:
+    files named by the same snapshot, so one a writer replaced meanwhile is no false alarm)."""
+    return _stable(ctx, lambda: _verify_once(ctx, extra), lambda r: not r.ok)
 
 
-def _verify_once(ctx: StoreContext) -> VerifyReport:
+def _verify_once(
+    ctx: StoreContext, extra: Callable[[sqlite3.Connection], list[str]] | None
+) -> VerifyReport:
     problems: list[str] = []
     notes: list[str] = []
     with ctx.catalog.mutex:
@@ -41,7 +47,10 @@ def _verify_once(ctx: StoreContext) -> VerifyReport:
                     problems.append(f"{ctx.catalog.path}: integrity_check: " + "; ".join(bad[:5]))
                 _check_meta(ctx, conn, problems)
                 n_docs = _check_documents(ctx, conn, problems)
+                _check_page_documents(ctx, conn, problems)
                 stats = _check_pages(ctx, conn, problems, notes, full=True)
+                if extra is not None:
+                    problems += extra(conn)
         except StoreCorruptError as exc:
             return VerifyReport(False, [str(exc)], 0)
     return VerifyReport(
@@ -107,7 +116,9 @@ def _generation(ctx: StoreContext) -> int:
 
 
 def _check_meta(ctx: StoreContext, conn: sqlite3.Connection, problems: list[str]) -> None:
+    """The meta checksum, the segment counter and the schema objects (all O(schema))."""
     where = str(ctx.catalog.path)
+    problems += [f"{where}: {p}" for p in cat.schema_problems(conn)]
     problem = cat.meta_problem(conn)
     if problem:
         problems.append(f"{where}: {problem}")
@@ -140,6 +151,17 @@ def _check_documents(ctx: StoreContext, conn: sqlite3.Connection, problems: list
             continue
         _check_metadata(ctx, meta, f"document {doc_id!r}", problems)
     return n
+
+
+def _check_page_documents(ctx: StoreContext, conn: sqlite3.Connection, problems: list[str]) -> None:
+    """Every page's document has a row (a write always gives it one; a document row without
+    pages is allowed: deleting single pages keeps it)."""
+    n, first = cat.orphan_pages(conn)
+    if n:
+        problems.append(
+            f"{ctx.catalog.path}: {n} pages belong to documents without a document row "
+            f"(first {first!r}); the documents table lost rows"
+        )
 
 
 def _check_metadata(ctx: StoreContext, meta: str, where: str, problems: list[str]) -> None:

@@ -23,7 +23,6 @@ each in its own module and all sharing one `StoreContext` (context.py):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -339,6 +338,18 @@ class LocalStore(MultiVectorStore):
         """Pages in the order asked; unknown ids raise `PageNotFoundError` (or are skipped)."""
         ids = check_ids(page_ids)
         check_missing(missing)
+        for _ in range(3):
+            with self._ctx.catalog.read() as conn:
+                gen = cat.generation(conn)
+            try:
+                return self._get(ids, missing)
+            except FileNotFoundError as exc:  # replaced by a writer meanwhile, or missing
+                with self._ctx.catalog.read() as conn:
+                    if cat.generation(conn) == gen:
+                        raise StoreCorruptError(str(exc.filename), "file is missing") from None
+        return self._get(ids, missing)
+
+    def _get(self, ids: list[str], missing: str) -> list[PageRecord]:
         with self._ctx.catalog.read() as conn:
             rows = cat.pages_by_id(conn, ids, "pid, " + cat.RECORD)
             seg_rows = cat.segment_rows(conn)
@@ -423,16 +434,15 @@ class LocalStore(MultiVectorStore):
     def verify(self) -> VerifyReport:
         """Full check: SQLite integrity, row and vector CRCs, ranges, segment sizes, and the
         candidate index files (present, right shapes, checksums)."""
-        report = integrity.verify(self._ctx)
-        try:  # one snapshot: a writer committing meanwhile cannot look like a mismatch
-            with self._ctx.catalog.snapshot() as conn:
-                extra = self._centroids.verify(conn)
-                extra += [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
+        return integrity.verify(self._ctx, self._index_problems)
+
+    def _index_problems(self, conn: Any) -> list[str]:
+        """The candidate and text indexes' problems, read in the caller's snapshot."""
+        try:
+            extra = self._centroids.verify(conn)
         except StoreCorruptError as exc:
             extra = [str(exc)]
-        if not extra:
-            return report
-        return dataclasses.replace(report, ok=False, problems=[*report.problems, *extra])
+        return extra + [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
 
     def rebuild_text_index(self) -> None:
         """Re-index every page's text (repairs a text index that `verify` found out of step)."""

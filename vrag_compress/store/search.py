@@ -25,7 +25,7 @@ import numpy as np
 from vrag_compress.store import catalog as cat
 from vrag_compress.store.ann import TokenIndex
 from vrag_compress.store.base import SearchResult, StoreCorruptError
-from vrag_compress.store.centroid_index import CentroidIndexes
+from vrag_compress.store.centroid_index import CentroidIndexes, damage_advice
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filters import compile_filter
 from vrag_compress.store.fusion import check_alpha, fuse
@@ -188,16 +188,32 @@ class Searcher:
     def _search_snapshot(
         self, qs: list[np.ndarray], k: int, where: tuple[str, list] | None, mode: str
     ) -> Hits:
-        snap = self.snapshots.current()
-        pos = None if where is None else snap.positions(self._filter_pids(where))
-        n_tokens = (
-            int(snap.bounds[-1])
-            if pos is None
-            else int((snap.bounds[pos + 1] - snap.bounds[pos]).sum())
-        )
-        if mode == "exact" or (mode == "auto" and self._exact_is_cheaper(snap, n_tokens)):
+        with self._damage_named():
+            snap = self.snapshots.current()
+            pos = None if where is None else snap.positions(self._filter_pids(where))
+            n_tokens = (
+                int(snap.bounds[-1])
+                if pos is None
+                else int((snap.bounds[pos + 1] - snap.bounds[pos]).sum())
+            )
+            if mode == "exact" or (mode == "auto" and self._exact_is_cheaper(snap, n_tokens)):
+                return self._exact(snap, qs, k, pos)
+        try:
+            with self._damage_named():
+                return [self._two_stage(snap, q, k, pos) for q in qs]
+        except StoreCorruptError as exc:
+            if mode != "auto":
+                raise
+            advice = damage_advice(self.ctx.fp16)
+            log.warning("candidate index unusable (%s); searched exactly instead; %s", exc, advice)
+        with self._damage_named():
             return self._exact(snap, qs, k, pos)
-        return [self._two_stage(snap, q, k, pos) for q in qs]
+
+    def _damage_named(self) -> contextlib.AbstractContextManager[None]:
+        """Errors that a damaged candidate index raises, as store errors naming its file."""
+        if self.centroids is None:
+            return contextlib.nullcontext()
+        return self.centroids.damage_named()
 
     def _exact_is_cheaper(self, snap: Snapshot, n_tokens: int) -> bool:
         """`auto`'s choice (see the module docstring)."""
@@ -256,15 +272,12 @@ class Searcher:
     def _centroid_candidates(
         self, snap: Snapshot, q: np.ndarray, pos: np.ndarray | None
     ) -> np.ndarray | None:
-        """Pages to rerank from the centroid index; None without one (or with a damaged one,
-        which is logged: the caller then uses the token index, never fewer pages)."""
+        """Pages to rerank from the centroid index; None without one (the caller then uses
+        the token index). A damaged one raises `StoreCorruptError` (auto mode falls back to
+        exact search)."""
         if self.centroids is None:
             return None
-        try:
-            return self.centroids.candidates(snap, q, pos)
-        except StoreCorruptError as exc:
-            log.warning("candidate index unusable (%s); run `verify`, then `optimize`", exc)
-            return None
+        return self.centroids.candidates(snap, q, pos)
 
     def _token_index(self, snap: Snapshot) -> TokenIndex:
         opts = self.ctx.options

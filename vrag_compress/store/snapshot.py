@@ -19,7 +19,7 @@ import numpy as np
 
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import segments as seg
-from vrag_compress.store.base import StoreError
+from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.maxsim import gather_pages
 
@@ -61,10 +61,17 @@ class Snapshots:
             try:
                 self._snap = self._load()
                 return self._snap
-            except FileNotFoundError:  # a compaction removed a segment we were about to map
+            except FileNotFoundError as exc:  # a compaction removed a file we were to map ...
                 self.ctx.maps.clear()
+                if self._generation() == gen:  # ... or nobody did: the store lacks it
+                    raise StoreCorruptError(str(exc.filename), "file is missing") from None
+                gen = self._generation()
                 time.sleep(0.01 * (attempt + 1))
         raise StoreError(f"segments of {self.ctx.root} kept disappearing while loading; retry")
+
+    def _generation(self) -> int:
+        with self.ctx.catalog.read() as conn:
+            return cat.generation(conn)
 
     def invalidate(self) -> None:
         """Forget the cached snapshot (the next `current` reloads it)."""
