@@ -95,3 +95,21 @@ def test_col_models_are_refused_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "error:" in done.stderr and "Traceback" not in done.stderr
     assert "only text models" in " ".join(done.stderr.split())
+
+
+def test_bench_onnx_reports_both_backends(exported: dict[str, Path], tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(exported["cache"])}
+    report = tmp_path / "onnx.json"
+    args = ["bench", "onnx", "--index", exported["index"], "--queries", "2", "--starts", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "vrag_compress", *map(str, args), "--json", str(report)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    result = json.loads(report.read_text())
+    for backend in ("onnx", "torch"):
+        assert result[backend]["first_query_s"] > 0
+        assert result[backend]["encode_p50_ms"] > 0
+    assert result["overlap@10"] == 1.0
+    assert result["max_score_diff"] < 1e-3
