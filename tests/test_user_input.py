@@ -93,6 +93,8 @@ def test_parse_user_filter_forms():
         parse_user_filter('{"a": 1} x')
     with pytest.raises(FilterError, match="field names must be strings"):
         parse_user_filter({1: "a"})
+    with pytest.raises(FilterError, match="65,537 characters is over the limit of 65,536"):
+        parse_user_filter({"team": "x" * 65_537})
 
 
 @pytest.fixture()
