@@ -49,6 +49,7 @@ from vrag_compress.store import (
 )
 from vrag_compress.store.base import SearchMode
 from vrag_compress.store.catalog import CATALOG_NAME
+from vrag_compress.store.filters import check_user_metadata
 from vrag_compress.store.open import (
     create_store,
     open_store,
@@ -629,11 +630,13 @@ class VisualIndex:
 
         Returns a report of what was indexed, skipped and failed (with reasons); one bad file
         never stops the rest. `ocr` ("auto", "always", "never" or a `PageOcr`) gives pages
-        without a text layer their OCR'd text (see `vrag_compress.ocr`).
+        without a text layer their OCR'd text (see `vrag_compress.ocr`). Metadata a filter could
+        not select (a ``$`` key, a built-in field name, NaN) raises `UserInputError` up front.
         """
+        extra = check_user_metadata(metadata or {})  # before any page is rendered
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
         page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
-        return self._indexer().add(items, metadata or {}, progress=progress, page_ocr=page_ocr)
+        return self._indexer().add(items, extra, progress=progress, page_ocr=page_ocr)
 
     def _indexer(self) -> Indexer:
         return Indexer(

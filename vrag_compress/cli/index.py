@@ -24,6 +24,8 @@ from vrag_compress.cli.options import (
     check_choice,
     check_ratio,
     file_name,
+    parse_filter,
+    parse_metadata,
     parse_method,
     parse_pairs,
     parse_value,
@@ -61,29 +63,6 @@ def fail(message: str) -> NoReturn:
 
 def emit_json(payload: Any) -> None:
     typer.echo(json.dumps(payload, indent=2, default=str))
-
-
-def parse_filter(filters: list[str]) -> dict[str, Any] | None:
-    """`--filter '{"year": {"$gte": 2000}}'` (JSON) or repeated `--filter key=value` (equality)."""
-    if not filters:
-        return None
-    from vrag_compress.store import filters as store_filters
-
-    spec: Any
-    if len(filters) == 1 and filters[0].lstrip().startswith("{"):
-        try:
-            spec = json.loads(filters[0])
-        except (json.JSONDecodeError, RecursionError) as error:
-            raise typer.BadParameter(
-                f"invalid JSON filter: {error}", param_hint="--filter"
-            ) from error
-    else:
-        spec = parse_pairs(filters, "--filter")
-    try:
-        store_filters.parse_filter(spec)  # bad filters are usage errors (exit 2), not failures
-    except store_filters.FilterError as error:
-        raise typer.BadParameter(str(error), param_hint="--filter") from error
-    return spec
 
 
 StoreOpt = typer.Option(
@@ -189,7 +168,7 @@ def index(
     from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
     from vrag_compress.index import VisualIndex
 
-    extra = parse_pairs(metadata, "--metadata")
+    extra = parse_metadata(metadata)
     check_choice(renderer, RENDERERS, "--renderer")
     check_choice(codes, ("none", "4bit", "2bit"), "--codes")
     if not fp16 and (codes == "none" or store is not None):

@@ -5,29 +5,49 @@ Bad values raise `typer.BadParameter`, which exits 2 (bad usage) with the option
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from vrag_compress.store import user_input
+
 
 def parse_value(text: str) -> Any:
-    """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string."""
+    """`3` → 3, `true` → True, `"x"` → "x", anything else stays a string (too deep, NaN: exit 2)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+        return user_input.parse_value(text, "value")
+    except user_input.UserInputError as error:
+        raise typer.BadParameter(str(error)) from error
 
 
 def parse_pairs(pairs: list[str], option: str) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
-        result[key.strip()] = parse_value(value)
-    return result
+    """Repeated KEY=VALUE as a dict; unreadable ones are usage errors (exit 2) naming ``option``."""
+    try:
+        return user_input.parse_pairs(pairs, option.lstrip("-"))
+    except user_input.UserInputError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from error
+
+
+def parse_metadata(pairs: list[str]) -> dict[str, Any]:
+    """`-m KEY=VALUE` pages get, checked like an upload's metadata before any work starts."""
+    from vrag_compress.store.filters import check_user_metadata
+
+    try:
+        return check_user_metadata(parse_pairs(pairs, "--metadata"))
+    except user_input.UserInputError as error:
+        raise typer.BadParameter(str(error), param_hint="--metadata") from error
+
+
+def parse_filter(filters: list[str]) -> dict[str, Any] | None:
+    """`--filter '{"year": {"$gte": 2000}}'` (JSON) or repeated `--filter key=value` (equality);
+    read by the same function as the server's ``filter=``; bad filters are usage errors."""
+    from vrag_compress.store.filters import FilterError, parse_user_filter
+
+    try:
+        return parse_user_filter(filters)
+    except FilterError as error:
+        raise typer.BadParameter(str(error), param_hint="--filter") from error
 
 
 def parse_method(method: str, params: list[str]) -> tuple[str, dict[str, Any]]:

@@ -38,8 +38,12 @@ from vrag_compress.serve.guards import (
     too_large,
 )
 from vrag_compress.serve.jobs import JobQueue, UploadError
+from vrag_compress.serve.logs import shorten_request_logs
 from vrag_compress.store import StoreError
 from vrag_compress.store.base import SearchMode
+from vrag_compress.store.filters import check_user_metadata, parse_user_filter
+from vrag_compress.store.user_input import UserInputError, load_json, show
+from vrag_compress.store.validate import check_id
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +161,7 @@ def create_app(
     config: ServeConfig, *, encoder: Encoder | None = None, chat_model: Any = None
 ) -> FastAPI:
     """The application for one index folder (created when missing, with ``config.model``)."""
+    shorten_request_logs()
     server = Server(config, encoder=encoder, chat_model=chat_model)
     server.jobs.resume_unfinished()
     app = FastAPI(
@@ -279,30 +284,6 @@ def _check_key(
         raise ApiError(*problem)
 
 
-def _filter(values: list[str]) -> dict[str, Any] | None:
-    """``filter=`` as one JSON object, or repeated ``key=value`` (equality), as in the CLI."""
-    if not values:
-        return None
-    if len(values) == 1 and values[0].lstrip().startswith("{"):
-        try:
-            parsed = json.loads(values[0])
-        except json.JSONDecodeError as error:
-            raise ApiError(400, f"invalid JSON filter: {error}") from error
-        if not isinstance(parsed, dict):
-            raise ApiError(400, "invalid JSON filter: expected an object")
-        return parsed
-    where: dict[str, Any] = {}
-    for pair in values:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ApiError(400, f"filter: expected KEY=VALUE, got {pair!r}")
-        try:
-            where[key] = json.loads(value)
-        except json.JSONDecodeError:
-            where[key] = value
-    return where
-
-
 # ---------------------------------------------------------------------------------- the API
 
 
@@ -319,9 +300,12 @@ def _add_api(app: FastAPI, server: Server) -> None:
     writes = [Depends(write_key)]
 
     def page_hit(page_id: str) -> Any:
-        hits = server.reader.get([page_id])
+        try:
+            hits = server.reader.get([check_id(page_id, "page id")])
+        except StoreError as error:  # NUL, an over-long id
+            raise ApiError(400, str(error)) from error
         if not hits:
-            raise ApiError(404, f"no page {page_id!r} in {config.index_dir}")
+            raise ApiError(404, f"no page {show(page_id)} in {config.index_dir}")
         return hits[0]
 
     @app.get("/api/search", dependencies=reads, tags=["search"])
@@ -344,7 +328,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
             raise ApiError(400, f"k={k} is over this server's limit of {config.max_k}")
         try:
             hits = server.reader.search(
-                q, k=k, filter=_filter(filter), mode=cast(SearchMode, mode), alpha=alpha
+                q, k=k, filter=parse_user_filter(filter), mode=cast(SearchMode, mode), alpha=alpha
             )
         except (ValueError, EncoderLoadError, StoreError) as error:
             raise ApiError(400, str(error)) from error
@@ -358,7 +342,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         root = Path(config.index_dir).resolve()
         if path is not None and max_side is None:
             if not path.resolve().is_relative_to(root):
-                raise ApiError(404, f"page {page_id!r} has no image inside the index")
+                raise ApiError(404, f"page {show(page_id)} has no image inside the index")
             if path.is_file():
                 return FileResponse(path, media_type=_mime(path))
         try:
@@ -391,7 +375,9 @@ def _add_api(app: FastAPI, server: Server) -> None:
         layout = server.reader.page_layout(hit.doc_id, hit.page_no)
         if format == "png":
             if explanation.heat is None:
-                raise ApiError(404, f"page {page_id!r} has no patch layout to draw a heatmap on")
+                raise ApiError(
+                    404, f"page {show(page_id)} has no patch layout to draw a heatmap on"
+                )
             from vrag_compress.visualize import draw_heatmap
 
             drawn = draw_heatmap(
@@ -428,11 +414,13 @@ def _add_api(app: FastAPI, server: Server) -> None:
     def delete_document(doc_id: str) -> dict[str, Any]:
         """Delete one document's pages, images and upload (as `vrag delete`)."""
         try:
-            removed = server.jobs.delete_document(doc_id)
+            removed = server.jobs.delete_document(check_id(doc_id, "doc id"))
         except UploadError as error:
             raise ApiError(error.status, str(error)) from error
+        except StoreError as error:  # NUL, an over-long id
+            raise ApiError(400, str(error)) from error
         if removed == 0:
-            raise ApiError(404, f"no document {doc_id!r} in {config.index_dir}")
+            raise ApiError(404, f"no document {show(doc_id)} in {config.index_dir}")
         return {"doc_id": doc_id, "pages_deleted": removed}
 
     @app.post("/api/documents", dependencies=writes, status_code=202, tags=["documents"])
@@ -464,7 +452,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         """An upload's state (queued, running, done, failed), pages done and failures."""
         job = server.jobs.status(job_id)
         if job is None:
-            raise ApiError(404, f"no job {job_id!r}")
+            raise ApiError(404, f"no job {show(job_id)}")
         return job.to_dict()
 
     @app.get("/api/info", dependencies=reads, tags=["index"])
@@ -502,7 +490,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         if k > config.max_k:
             raise ApiError(422, f"k: at most {config.max_k} on this server")
         try:
-            hits = server.reader.search(question, k=k, filter=where)
+            hits = server.reader.search(question, k=k, filter=parse_user_filter(where))
         except (ValueError, EncoderLoadError, StoreError) as error:
             raise ApiError(400, str(error)) from error
         if not hits:
@@ -563,15 +551,13 @@ def _no_llm_message() -> str:
 
 
 def _metadata(text: str | None) -> dict[str, Any]:
+    """An upload's ``metadata`` form field, refused (422) before the file is read."""
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ApiError(422, f"metadata: invalid JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise ApiError(422, "metadata: a JSON object is required")
-    return value
+        return check_user_metadata(load_json(text, "metadata"))
+    except UserInputError as error:
+        raise ApiError(422, str(error)) from error
 
 
 def _overlay(layout: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -14,13 +14,25 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from vrag_compress.store.filters import BUILTIN_COLUMNS, AllOf, AnyOf, Condition, Node
+from vrag_compress.store.filters import (
+    BUILTIN_COLUMNS,
+    AllOf,
+    AnyOf,
+    Condition,
+    Node,
+    parse_filter,
+)
 
 Sql = tuple[str, list[Any]]
 _COMPARE = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _TEXT_COLUMNS = {"doc_id", "page_id"}  # page_no is the one integer column
 _TRUE: Sql = ("1", [])
 _FALSE: Sql = ("0", [])
+
+
+def compile_filter(spec: dict[str, Any]) -> Sql:
+    """``(sql, params)`` of a filter over the pages table; an empty dict matches everything."""
+    return to_sql(parse_filter(spec))
 
 
 def to_sql(node: Node | None) -> Sql:

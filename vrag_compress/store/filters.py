@@ -16,26 +16,31 @@ from __future__ import annotations
 
 import math
 import numbers
-import reprlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from vrag_compress.store.base import StoreError
+from vrag_compress.store.user_input import (
+    UserInputError,
+    check_text,
+    load_json,
+    parse_pairs,
+    show,
+)
 
 BUILTIN_COLUMNS = {"doc_id": "doc_id", "page_no": "page_no", "page_id": "page_id"}
 RANGES = ("$gt", "$gte", "$lt", "$lte")
 OPERATORS = ("$eq", "$ne", *RANGES, "$in", "$nin", "$exists")
 MAX_DEPTH = 32  # nested $and/$or levels; deeper filters are refused, not recursed into
+MAX_CONDITIONS = 2048  # field tests in one filter: SQLite plans long AND/OR lists super-linearly
+MAX_IN_VALUES = 100_000  # items of one $in/$nin list
 INT64 = (-(2**63), 2**63 - 1)
 Scalar = str | int | float | bool | None
 
-_show = reprlib.Repr()
-_show.maxlevel, _show.maxstring, _show.maxother, _show.maxlist, _show.maxdict = 3, 60, 60, 6, 4
 
-
-class FilterError(StoreError, ValueError):
+class FilterError(UserInputError):
     """A filter that cannot be understood; the message names the offending part."""
 
 
@@ -75,19 +80,91 @@ def parse_filter(spec: Any) -> Node | None:
     if spec is None:
         return None
     node = _parse_dict(spec, "filter", 0)
+    conditions = _count_conditions(node)
+    if conditions > MAX_CONDITIONS:
+        raise FilterError(
+            f"filter has {conditions:,} conditions, over the limit of {MAX_CONDITIONS:,}; "
+            "match many values of one field with $in"
+        )
     return None if node == AllOf(()) else node
 
 
-def compile_filter(spec: dict[str, Any]) -> tuple[str, list[Any]]:
-    """``(sql, params)`` of a filter over the pages table; an empty dict matches everything."""
-    from vrag_compress.store.filter_sql import to_sql
+def parse_user_filter(
+    given: str | Sequence[str] | Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """A filter as a front end receives it: one JSON object, repeated ``KEY=VALUE`` (equality;
+    VALUE is read as JSON when it is JSON, else as text) or an already decoded object (a JSON
+    request body). The CLI and the server both call this, so they refuse the same filters with
+    the same `FilterError`; beyond `parse_filter` it refuses nesting too deep to decode, strings
+    over `MAX_STRING_CHARS` and bidi control characters (see `user_input`). None when no filter.
+    """
+    spec: Any
+    if given is None:
+        return None
+    if isinstance(given, Mapping):
+        spec = dict(given)
+    else:
+        texts = [given] if isinstance(given, str) else list(given)
+        if not texts:
+            return None
+        if len(texts) == 1 and texts[0].lstrip().startswith("{"):
+            spec = load_json(texts[0], "filter", FilterError)  # "{...": an object or an error
+        else:
+            spec = parse_pairs(texts, "filter", FilterError)
+    check_text(spec, "filter", FilterError)
+    parse_filter(spec)
+    return spec
 
-    return to_sql(parse_filter(spec))
+
+def check_user_metadata(metadata: Any, what: str = "metadata") -> dict[str, Any]:
+    """Metadata a user attaches to pages (``-m``, an upload's ``metadata``, `VisualIndex.add`),
+    refused before any work when a filter could not select it: keys must be non-empty strings
+    that are not a built-in field (`doc_id`, `page_no`, `page_id`) and do not start with ``$``
+    (an operator to a filter); values JSON-like with finite numbers (see also `check_text`).
+    Raises `UserInputError`."""
+    if not isinstance(metadata, Mapping):
+        raise UserInputError(f"{what} must be an object of KEY: VALUE, got {show(metadata)}")
+    for key in metadata:
+        if not isinstance(key, str) or not key:
+            raise UserInputError(f"{what}: keys must be non-empty strings, got {show(key)}")
+        if key.startswith("$"):
+            raise UserInputError(
+                f"{what}: key {show(key)} starts with '$', which filters read as an operator; "
+                "rename it"
+            )
+        if key in BUILTIN_COLUMNS:
+            raise UserInputError(
+                f"{what}: key {key!r} is a built-in field (filters on it read the page's own "
+                f"{key}); rename it"
+            )
+    check_text(metadata, what)
+    for value in _leaves(metadata):
+        if not (value is None or isinstance(value, (str, bool, numbers.Real))):
+            raise UserInputError(
+                f"{what}: values must be JSON (text, numbers, true/false, null, lists, objects), "
+                f"got {show(value)} ({type(value).__name__})"
+            )
+    return dict(metadata)
 
 
-def show(value: Any) -> str:
-    """A short repr for error messages (safe on huge or deeply nested values)."""
-    return _show.repr(value)
+def _leaves(value: Any) -> list[Any]:
+    """The scalars of a JSON-like value (depth already bounded by `check_text`), no recursion."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            found.append(item)
+    return found
+
+
+def _count_conditions(node: Node) -> int:
+    if isinstance(node, Condition):
+        return 1
+    return sum(_count_conditions(part) for part in node.parts)
 
 
 def _parse_dict(spec: Any, where: str, depth: int) -> AllOf:
@@ -135,6 +212,11 @@ def _parse_op(field: str, op: Any, arg: Any, where: str) -> Condition:
             arg = arg.tolist()
         if not isinstance(arg, (list, tuple)):
             raise FilterError(f"filter {field!r} {op} needs a list, got {show(arg)}")
+        if len(arg) > MAX_IN_VALUES:
+            raise FilterError(
+                f"filter {field!r} {op} has {len(arg):,} values, over the limit of "
+                f"{MAX_IN_VALUES:,}"
+            )
         return Condition(
             field, op, tuple(_scalar(v, f"{where} {op}[{i}]") for i, v in enumerate(arg))
         )

@@ -27,7 +27,7 @@ from vrag_compress.store.ann import TokenIndex
 from vrag_compress.store.base import SearchResult, StoreCorruptError
 from vrag_compress.store.centroid_index import CentroidIndexes, damage_advice
 from vrag_compress.store.context import StoreContext
-from vrag_compress.store.filters import compile_filter
+from vrag_compress.store.filter_sql import compile_filter
 from vrag_compress.store.fusion import check_alpha, fuse
 from vrag_compress.store.lexical import LexicalIndex
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores, one_blas_thread, top_k

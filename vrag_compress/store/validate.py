@@ -20,6 +20,7 @@ from vrag_compress.store.base import (
     StoreConfigMismatch,
     StoreError,
 )
+from vrag_compress.store.user_input import show
 
 MAX_ID_LEN = 1024
 MAX_VECTORS_PER_PAGE = 65535  # token labels in the FAISS index reserve 16 bits for the row
@@ -32,9 +33,13 @@ class StoreInputError(StoreError, ValueError):
 
 def check_id(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
-        raise StoreInputError(f"{what} must be a non-empty str, got {value!r}")
-    if len(value) > MAX_ID_LEN or "\x00" in value:
-        raise StoreInputError(f"{what} must be at most {MAX_ID_LEN} chars without NUL: {value!r}")
+        raise StoreInputError(f"{what} must be a non-empty str, got {show(value)}")
+    if len(value) > MAX_ID_LEN:
+        raise StoreInputError(
+            f"{what} is {len(value):,} characters, over the limit of {MAX_ID_LEN:,}: {show(value)}"
+        )
+    if "\x00" in value:
+        raise StoreInputError(f"{what} must not contain NUL characters: {show(value)}")
     return value
 
 
