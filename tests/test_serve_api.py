@@ -379,7 +379,7 @@ def test_upload_metadata_is_checked_before_anything_is_kept(index_dir, pdfs):
                 headers=AUTH,
             )
             assert refused.status_code == 422, refused.text
-            assert "finite numbers" in refused.json()["error"]
+            assert "finite number" in refused.json()["error"]
     assert not list((index_dir / "uploads").glob("*/*"))
 
 
