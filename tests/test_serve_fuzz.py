@@ -192,7 +192,7 @@ def served(built, tmp_path, caplog):
     chat = GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
     app = create_app(ServeConfig(index_dir, api_key=KEY, ocr="never"), chat_model=chat)
     with caplog.at_level(logging.INFO):
-        with TestClient(app, raise_server_exceptions=False) as client:
+        with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
             page = client.get("/api/search", params={"q": "court"}).json()["hits"][0]
             yield client, page
             wait_for_jobs(app.state.server.jobs)

@@ -94,7 +94,10 @@ def client(index_dir, caplog):
 
     chat = GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
     config = ServeConfig(index_dir, api_key=KEY, ocr="never")
-    with caplog.at_level(logging.INFO), TestClient(create_app(config, chat_model=chat)) as test:
+    with (
+        caplog.at_level(logging.INFO),
+        TestClient(create_app(config, chat_model=chat), base_url="http://127.0.0.1") as test,
+    ):
         yield test
     assert_no_unhandled_errors(caplog)
 
