@@ -27,6 +27,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from vrag_compress.answering import (
+    AnswerPage,
+    ChatModel,
+    answer_messages,
+    load_chat_model,
+    page_reference,
+)
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndex, VisualIndexError
@@ -117,7 +124,10 @@ class Server:
     """The index handles, the job queue and the chat model one app serves."""
 
     def __init__(
-        self, config: ServeConfig, encoder: Encoder | None = None, chat_model: Any = None
+        self,
+        config: ServeConfig,
+        encoder: Encoder | None = None,
+        chat_model: ChatModel | None = None,
     ) -> None:
         self.config = config
         root = Path(config.index_dir)
@@ -138,7 +148,7 @@ class Server:
         )
         self.chat_model = chat_model
         if chat_model is None and config.llm:
-            self.chat_model = _langchain().load_chat_model(config.llm)
+            self.chat_model = load_chat_model(config.llm)
 
     def close(self) -> None:
         self.jobs.close()
@@ -146,7 +156,7 @@ class Server:
 
 
 def create_app(
-    config: ServeConfig, *, encoder: Encoder | None = None, chat_model: Any = None
+    config: ServeConfig, *, encoder: Encoder | None = None, chat_model: ChatModel | None = None
 ) -> FastAPI:
     """The application for one index folder (created when missing, with ``config.model``)."""
     server = Server(config, encoder=encoder, chat_model=chat_model)
@@ -514,12 +524,11 @@ def _add_api(app: FastAPI, server: Server) -> None:
         )
 
 
-def _answer_stream(chat_model: Any, question: str, hits: list[Any]) -> Iterator[bytes]:
-    lc = _langchain()
-    pages = [lc.hit_to_document(hit, image_base64=True) for hit in hits]
+def _answer_stream(chat_model: ChatModel, question: str, hits: list[Any]) -> Iterator[bytes]:
+    pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
     cited = [
         {
-            **lc.page_reference(n, page),
+            **page_reference(n, page),
             "page_no": hit.page_no,
             "filename": hit.metadata.get("filename"),
         }
@@ -528,8 +537,7 @@ def _answer_stream(chat_model: Any, question: str, hits: list[Any]) -> Iterator[
     yield _line({"type": "citations", "citations": cited})
     parts: list[str] = []
     try:
-        for chunk in chat_model.stream(lc.qa_messages(question, pages)):
-            text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
+        for text in chat_model.stream(answer_messages(question, pages)):
             if text:
                 parts.append(text)
                 yield _line({"type": "token", "text": text})
@@ -539,17 +547,6 @@ def _answer_stream(chat_model: Any, question: str, hits: list[Any]) -> Iterator[
         )
         return
     yield _line({"type": "done", "answer": "".join(parts)})
-
-
-def _langchain() -> Any:
-    """The LangChain integration, which owns the prompt, page image blocks and citations."""
-    try:
-        import langchain_vrag_compress
-    except ImportError as error:
-        raise RuntimeError(
-            "answering questions needs the LangChain integration: pip install 'vrag-compress[ask]'"
-        ) from error
-    return langchain_vrag_compress
 
 
 def _line(payload: dict[str, Any]) -> bytes:
