@@ -35,11 +35,13 @@ def test_no_absolute_paths_of_the_build_machine() -> None:
     assert offenders == []
 
 
-def test_readme_installs_from_the_repository() -> None:
+def test_readme_installs_from_built_wheels_then_the_checkout() -> None:
+    """Not on PyPI yet: the README builds the wheels first, and offers the checkout second."""
     readme = (ROOT / "README.md").read_text()
     assert "pip install vrag-compress" not in readme
-    assert "not published on PyPI" in readme
-    assert "pip install -c constraints.txt -e ." in readme
+    assert "not on PyPI yet" in readme
+    wheel = readme.index("dist/vrag_compress-0.1.0-py3-none-any.whl")
+    assert wheel < readme.index("pip install -c constraints.txt -e .")
 
 
 def _extras() -> dict[str, list[str]]:

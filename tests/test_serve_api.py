@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from typer.testing import CliRunner
 from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app, is_loopback
+from vrag_compress.serve.guards import public_hit
+from vrag_compress.serve.jobs import safe_filename
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -51,10 +54,13 @@ def index_dir(built, tmp_path) -> Path:
     return path
 
 
+BASE = "http://127.0.0.1:8000"  # the server answers only to its own host names
+
+
 def serve(index_dir: Path, **options) -> TestClient:
     options.setdefault("api_key", KEY)
     options.setdefault("ocr", "never")
-    return TestClient(create_app(ServeConfig(index_dir, **options)))
+    return TestClient(create_app(ServeConfig(index_dir, **options)), base_url=BASE)
 
 
 def wait_for(client: TestClient, job: str, timeout: float = 120) -> dict:
@@ -74,9 +80,13 @@ def test_search_returns_the_cli_hit_json(index_dir):
         cli_run = CliRunner().invoke(cli, ["search", str(index_dir), "oral argument", "--json"])
     cli_hits = json.loads(cli_run.stdout[cli_run.stdout.index("{") :])["hits"]
     assert body["query"] == "oral argument"
-    assert body["hits"] == cli_hits  # same keys, same values, same order
+    root = index_dir.resolve()
+    # same keys, values and order; only the server's absolute paths are left out
+    assert body["hits"] == [public_hit(h, root) for h in cli_hits]
     (hit,) = body["hits"]
     assert hit["page_no"] == 1 and hit["metadata"]["team"] == "law" and hit["regions"]
+    assert hit["source"] == hit["metadata"]["source"] == "scotus-transcript-p1.pdf"
+    assert hit["image_path"].startswith("images/") and str(root) not in json.dumps(body)
 
 
 def test_search_filter_mode_and_errors_are_json(index_dir):
@@ -106,7 +116,7 @@ def test_page_image_thumbnail_and_explanation(index_dir):
         page = f"/api/pages/{hit['page_id']}"
         image = client.get(f"{page}/image")
         assert image.status_code == 200 and image.headers["content-type"] == "image/webp"
-        assert image.content == Path(hit["image_path"]).read_bytes()
+        assert image.content == (index_dir / hit["image_path"]).read_bytes()
         thumb = client.get(f"{page}/image", params={"max_side": 64})
         assert max(Image.open(__import__("io").BytesIO(thumb.content)).size) == 64
         why = client.get(f"{page}/explain", params={"q": "court"}).json()
@@ -160,7 +170,8 @@ def test_upload_indexes_in_the_background_and_delete_removes_it(index_dir, pdfs)
             "/api/documents", files={"file": ("copy.pdf", upload.read_bytes())}, headers=AUTH
         )
         assert wait_for(client, again.json()["job"])["pages_done"] == 5  # unchanged: skipped
-        assert not (index_dir / "uploads" / again.json()["job"]).exists()  # the copy is not kept
+        copy = index_dir / "uploads" / again.json()["job"]
+        assert [p.name for p in copy.iterdir()] == [".job.json"]  # the copy is not kept
         deleted = client.delete(f"/api/documents/{doc_id}", headers=AUTH)
         assert deleted.json() == {"doc_id": doc_id, "pages_deleted": 5}
         assert not upload.parent.exists()
@@ -221,7 +232,7 @@ def test_uploads_are_limited_and_names_sanitised(index_dir, pdfs, tmp_path):
         )
         assert escape.status_code == 202
         name = escape.json()["filename"]
-        assert name == "_img src_x onerror_alert_1_.pdf"
+        assert name == "_img src=x onerror=alert(1)_.pdf"
         assert (index_dir / "uploads" / escape.json()["job"] / name).is_file()
         assert wait_for(client, escape.json()["job"])["state"] == "done"
     leftovers = [p for p in (index_dir / "uploads").iterdir()]
@@ -291,7 +302,7 @@ def test_ask_streams_the_answer_with_citations(index_dir):
         assert refused.status_code == 400 and "no LLM configured" in refused.json()["error"]
     model = GenericFakeChatModel(messages=iter([AIMessage("Mercer argued [1].")]))
     app = create_app(ServeConfig(index_dir, ocr="never"), chat_model=LangChainChatModel(model))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE) as client:
         assert client.get("/api/info").json()["server"]["llm"] is True
         with client.stream("POST", "/api/ask", json={"question": "who argued?", "k": 1}) as r:
             assert r.headers["content-type"] == "application/x-ndjson"
@@ -331,3 +342,136 @@ def test_the_offline_default_encoder_serves_a_new_index(tmp_path, pdfs):
         assert any(t["label"] and "court" in t["label"] for t in why["tokens"])
         png = client.get(f"/api/pages/{hit['page_id']}/explain", params={"q": "c", "format": "png"})
         assert png.status_code == 404 and "no patch layout" in png.json()["error"]
+
+
+def test_unicode_upload_names_are_kept(index_dir, pdfs):
+    """Issue 32.10: `ünï 文档 😀.pdf` came back as `_n_ _ _.pdf`."""
+    decomposed = unicodedata.normalize("NFD", "ünï 文档 😀.pdf")
+    with serve(index_dir) as client:
+        posted = client.post(
+            "/api/documents",
+            files={"file": (decomposed, pdfs["small"].read_bytes())},
+            headers=AUTH,
+        )
+        assert posted.status_code == 202, posted.text
+        assert posted.json()["filename"] == "ünï 文档 😀.pdf"  # NFC
+        assert wait_for(client, posted.json()["job"])["state"] == "done"
+        names = {d["filename"] for d in client.get("/api/documents").json()["documents"]}
+        assert "ünï 文档 😀.pdf" in names
+    assert (index_dir / "uploads" / posted.json()["job"] / "ünï 文档 😀.pdf").is_file()
+
+
+def test_safe_filename_strips_folders_and_controls_only():
+    assert safe_filename("../..\\etc/Ärger\x00\x1b[31m\u202e.PDF") == "Ärger[31m.pdf"
+    assert safe_filename("..") == "upload" and safe_filename(".hidden.pdf") == "hidden.pdf"
+    long = safe_filename("文" * 300 + ".pdf")
+    assert long.endswith("文.pdf") and len(long.encode()) <= 200
+
+
+def test_upload_metadata_is_checked_before_anything_is_kept(index_dir, pdfs):
+    """Issue 32.1: an upload with a NaN in its metadata was accepted (202), failed, and was
+    indexed without metadata after a restart. It is refused at once, and nothing is kept."""
+    with serve(index_dir) as client:
+        for text in ('{"score": NaN}', '{"x": Infinity}'):
+            refused = client.post(
+                "/api/documents",
+                files={"file": ("n.pdf", pdfs["small"].read_bytes())},
+                data={"metadata": text},
+                headers=AUTH,
+            )
+            assert refused.status_code == 422, refused.text
+            assert "finite numbers" in refused.json()["error"]
+    assert not list((index_dir / "uploads").glob("*/*"))
+
+
+def test_foreign_host_names_are_refused(index_dir):
+    """Issue 32.4, DNS rebinding: a page on attacker.example whose name resolves to 127.0.0.1
+    read /api/documents (with absolute source paths) because any Host was accepted."""
+    with serve(index_dir) as client:
+        for host in ("attacker.example:8765", "attacker.example", "localhost.attacker.example"):
+            for path in ("/api/documents", "/", "/api/search?q=court"):
+                refused = client.get(path, headers={"Host": host})
+                assert refused.status_code == 400, (host, path)
+                assert "--allowed-host" in refused.json()["error"]
+        bad_post = client.post("/api/documents", headers={"Host": "attacker.example", **AUTH})
+        assert bad_post.status_code == 400
+        for host in ("localhost:8765", "127.0.0.1", "[::1]:8000", "LOCALHOST.", "10.1.2.3:80"):
+            assert client.get("/api/documents", headers={"Host": host}).status_code == 200, host
+        (doc,) = client.get("/api/documents").json()["documents"]
+        assert doc["source"] == "scotus-transcript-p1.pdf"  # never the server's absolute path
+        assert not Path(client.get("/api/info").json()["path"]).is_absolute()
+    with serve(index_dir, host="vrag.lan", allowed_hosts=["search.example.com"]) as client:
+        for host in ("vrag.lan:8000", "search.example.com"):
+            assert client.get("/api/documents", headers={"Host": host}).status_code == 200
+        assert client.get("/api/documents", headers={"Host": "x.example"}).status_code == 400
+
+
+def test_uploaded_documents_show_paths_inside_the_index(index_dir, pdfs):
+    with serve(index_dir) as client:
+        posted = client.post(
+            "/api/documents", files={"file": ("s.pdf", pdfs["small"].read_bytes())}, headers=AUTH
+        )
+        job = posted.json()["job"]
+        assert wait_for(client, job)["state"] == "done"
+        sources = {d["source"] for d in client.get("/api/documents").json()["documents"]}
+        assert f"uploads/{job}/s.pdf" in sources
+        hits = client.get("/api/search", params={"q": "x", "k": 5}).json()["hits"]
+        assert {h["source"] for h in hits} <= sources
+        assert str(index_dir.resolve()) not in json.dumps(hits)
+
+
+def test_unauthenticated_and_oversized_bodies_are_refused_before_reading(index_dir):
+    """Issue 32.3 in process: the key and the declared size are checked before the body."""
+    with serve(index_dir, max_upload_mb=1) as client:
+        payload = {"file": ("a.pdf", b"%PDF" + b"0" * 2**20 * 2)}
+        assert client.post("/api/documents", files=payload).status_code == 401
+        too_big = client.post("/api/documents", files=payload, headers=AUTH)
+        assert too_big.status_code == 413 and "--max-upload-mb" in too_big.json()["error"]
+        declared = client.post(
+            "/api/documents", content=b"x", headers={**AUTH, "Content-Length": "99999999"}
+        )
+        assert declared.status_code == 413
+
+
+def test_restart_answers_finished_jobs_and_resumes_with_the_metadata(index_dir, pdfs):
+    """Issues 32.10 and 32.1 without a real kill: a finished job's id answered 404 after a
+    restart, and a resumed upload lost its metadata. The unfinished upload is made by putting
+    its record back to "queued" and deleting its pages, as a kill before the commit leaves it."""
+    with serve(index_dir) as client:
+        jobs = []
+        for name, team in (("multi", "ops"), ("small", "finance")):
+            posted = client.post(
+                "/api/documents",
+                files={"file": (f"{name}.pdf", pdfs[name].read_bytes())},
+                data={"metadata": json.dumps({"team": team})},
+                headers=AUTH,
+            )
+            jobs.append(posted.json())
+            assert wait_for(client, jobs[-1]["job"])["state"] == "done"
+    record = index_dir / "uploads" / jobs[1]["job"] / ".job.json"
+    record.write_text(record.read_text().replace('"state": "done"', '"state": "queued"'))
+    with VisualIndex.open(index_dir) as index:
+        assert index.delete(jobs[1]["doc_id"]) == 1
+    with serve(index_dir) as client:
+        finished = client.get(f"/api/jobs/{jobs[0]['job']}").json()
+        assert finished["state"] == "done" and finished["pages_done"] == 5
+        assert not finished["resumed"]
+        resumed = wait_for(client, jobs[1]["job"])
+        assert resumed["state"] == "done" and resumed["resumed"] and resumed["pages_done"] == 1
+        hits = client.get("/api/search", params={"q": "x", "filter": "team=finance"}).json()
+        assert [h["doc_id"] for h in hits["hits"]] == [jobs[1]["doc_id"]]
+
+
+def test_cli_passes_the_bound_and_allowed_host_names(index_dir, monkeypatch):
+    import uvicorn
+
+    import vrag_compress.serve as serve_module
+
+    seen: dict = {}
+    monkeypatch.setattr(serve_module, "create_app", lambda config: seen.setdefault("c", config))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.setdefault("run", kwargs))
+    args = ["serve", str(index_dir), "--host", "localhost", "--port", "8765"]
+    result = CliRunner().invoke(cli, [*args, "--allowed-host", "a.example", "--allowed-host", "b"])
+    assert result.exit_code == 0, result.output
+    assert seen["c"].host == "localhost" and seen["c"].allowed_hosts == ["a.example", "b"]
+    assert seen["run"]["port"] == 8765

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from vrag_compress import VisualIndex, get_compressor
+from vrag_compress.bench.serve import serving
 from vrag_compress.serve import ServeConfig, create_app
 
 KEY = "browser-test-key"
@@ -49,29 +45,9 @@ def served_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return index_dir
 
 
-@contextmanager
-def running(app) -> Iterator[str]:  # noqa: ANN001
-    """Serve ``app`` with uvicorn on a free loopback port for the duration of the block."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert uv.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(30)
-
-
 @pytest.fixture(scope="module")
 def server(served_index: Path) -> Iterator[str]:
-    with running(create_app(ServeConfig(served_index, api_key=KEY, ocr="never"))) as url:
+    with serving(create_app(ServeConfig(served_index, api_key=KEY, ocr="never"))) as url:
         yield url
 
 
@@ -226,7 +202,7 @@ def test_ask_box_streams_the_answer_and_links_cited_regions(server, served_index
     assert not browser.find_element(By.ID, "ask-section").is_displayed()  # no LLM: no ask box
     model = GenericFakeChatModel(messages=iter([AIMessage("It is on the first page [1].")]))
     config = ServeConfig(served_index, ocr="never")
-    with running(create_app(config, chat_model=LangChainChatModel(model))) as url:
+    with serving(create_app(config, chat_model=LangChainChatModel(model))) as url:
         browser.get(url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "ask-section").is_displayed())
         browser.find_element(By.ID, "ask-q").send_keys("where is the argument?")

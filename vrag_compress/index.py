@@ -132,6 +132,15 @@ class Hit:
         }
 
 
+def adapt_encoder(encoder: Any) -> Encoder | None:
+    """Our encoder for what the user passed (a Sentence Transformers model is wrapped)."""
+    if encoder is None:
+        return None
+    from vrag_compress.encoders.select import adapt_encoder as adapt
+
+    return adapt(encoder)
+
+
 def _model_config_name(encoder: Encoder) -> str:
     return getattr(encoder, "model_id", type(encoder).__name__)
 
@@ -149,7 +158,7 @@ class VisualIndex:
     ) -> None:
         self.path = path
         self.store = store
-        self._encoder = encoder
+        self._encoder = adapt_encoder(encoder)
         self._device = device
         self.config = IndexConfig.from_dict(store.config)
         self.model_id: str = self.config.model_id
@@ -209,6 +218,7 @@ class VisualIndex:
                 "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
                 f"codes={codes!r}, store={store!r})"
             )
+        encoder = adapt_encoder(encoder)
         if encoder is None:
             from vrag_compress.encoders import load_encoder
 
@@ -300,7 +310,8 @@ class VisualIndex:
         except BaseException:
             opened.close()
             raise
-        asked = model or (encoder and _model_config_name(encoder))
+        given = index._encoder
+        asked = model or (_model_config_name(given) if given is not None else None)
         if asked and asked != index.model_id:
             opened.close()
             raise ModelMismatchError(

@@ -95,3 +95,32 @@ def shared_data() -> Path:
     if not (path / "pdfs").is_dir():
         pytest.fail(f"shared data not found at {path}; set VRAG_DATA_DIR", pytrace=False)
     return path
+
+
+def tiny_multi_vector_encoder(out: Path) -> Path:
+    """A tiny random-weight BERT `MultiVectorEncoder` saved to `out` (MiniLM's real tokenizer).
+
+    For tests of the ``st:`` encoder path: built offline from a config, loaded back through
+    ``MultiVectorEncoder(folder)`` as a real checkpoint is. The BERT folder is ``out / "bert"``.
+    """
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from vrag_compress.encoders.text import resolve_text_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_text_model("minilm"))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    BertModel(config).eval().save_pretrained(out / "bert")
+    tokenizer.save_pretrained(out / "bert")
+    model = MultiVectorEncoder(modules=[Transformer(str(out / "bert")), Normalize()], device="cpu")
+    model.save_pretrained(str(out / "mve"))
+    return out / "mve"

@@ -117,7 +117,8 @@ def index(
         DEFAULT_MODEL,
         help="Hub id or local folder of a Col* model; minilm (real offline encoder of the page "
         "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
-        "tiny-colpali (random, tests only).",
+        "tiny-colpali (random, tests only); st:PATH_OR_ID (a Sentence Transformers "
+        "MultiVectorEncoder).",
     ),
     method: str = typer.Option(
         DEFAULT_METHOD,

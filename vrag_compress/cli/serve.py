@@ -34,6 +34,12 @@ def serve(
     cors_origin: list[str] = typer.Option(
         [], "--cors-origin", help="Allow browser pages from this origin (repeatable; default none)."
     ),
+    allowed_host: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        help="Also accept requests for this host name, e.g. a proxy's (repeatable; the --host "
+        "value, localhost and IP addresses are always accepted).",
+    ),
     max_upload_mb: float = typer.Option(50.0, help="Largest accepted upload, in MB."),
     max_pages: int = typer.Option(300, help="Most pages accepted in one uploaded file."),
     ocr: str = typer.Option("auto", help="OCR for uploaded scans: auto, always, never."),
@@ -51,6 +57,7 @@ def serve(
         api_key=api_key or None,
         llm=llm or os.environ.get("VRAG_LLM") or None,
         cors_origins=list(cors_origin),
+        allowed_hosts=list(allowed_host),
         max_upload_mb=max_upload_mb,
         max_pages=max_pages,
         ocr=ocr,

@@ -13,6 +13,8 @@ from typing import Any
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.encoders.text import TEXT_MODELS
 
+ST_PREFIX = "st:"
+
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
@@ -30,6 +32,11 @@ def is_text_model(name: str) -> bool:
     return str(name) in TEXT_MODELS
 
 
+def is_st_name(name: str) -> bool:
+    """``st:NAME_OR_PATH``: a Sentence Transformers `MultiVectorEncoder` (see `encoders.st`)."""
+    return str(name).startswith(ST_PREFIX)
+
+
 def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: Any) -> Any:
     """An encoder for any supported name: ``minilm`` (page text), ``auto``, or a Col* model
     (hub id, local folder, tiny name; `options` go to the Col* loader)."""
@@ -38,6 +45,10 @@ def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: A
         encoder, reason = load_auto_encoder(device=device, **options)
         log.warning("model auto: using %s (%s)", encoder.model_id, reason)
         return encoder
+    if is_st_name(name):
+        from vrag_compress.encoders.st import load_st_encoder
+
+        return load_st_encoder(name, device=device)
     if is_text_model(name):
         from vrag_compress.encoders.text_pages import PageTextEncoder
 
@@ -50,6 +61,23 @@ def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: A
     from vrag_compress.encoders.colpali import load_encoder as load_col_encoder
 
     return load_col_encoder(name, device=device, **options)
+
+
+def adapt_encoder(encoder: Any) -> Any:
+    """A Sentence Transformers `MultiVectorEncoder` becomes our encoder; others pass through."""
+    if encoder is None or not is_multi_vector_encoder(encoder):
+        return encoder
+    from vrag_compress.encoders.st import wrap_multi_vector_encoder
+
+    return wrap_multi_vector_encoder(encoder)
+
+
+def is_multi_vector_encoder(obj: object) -> bool:
+    """Whether `obj` is a Sentence Transformers `MultiVectorEncoder` (without importing it)."""
+    return any(
+        cls.__name__ == "MultiVectorEncoder" and cls.__module__.startswith("sentence_transformers")
+        for cls in type(obj).__mro__
+    )
 
 
 def load_auto_encoder(

@@ -49,6 +49,20 @@ class PageTextEncoder:
             hf_logging.enable_progress_bar()
         self.device = _move_to_device(self.text, device)
         self.model_id = str(model)
+        self._describe()
+
+    @classmethod
+    def around(cls, tokens: Any, *, model_id: str) -> PageTextEncoder:
+        """A page-text encoder over another token encoder (e.g. a Sentence Transformers
+        `MultiVectorEncoder`): same windows, empty pages and query checks."""
+        encoder = cls.__new__(cls)
+        encoder.text = tokens
+        encoder.device = str(tokens.model.device)
+        encoder.model_id = model_id
+        encoder._describe()
+        return encoder
+
+    def _describe(self) -> None:
         self.dim = int(self.text.dim)
         self.n_layers = int(self.text.n_layers)
         self.window = self.text.max_length - 2  # room for [CLS] and [SEP]

@@ -40,5 +40,6 @@ def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
                 "(or VRAG_API_KEY); every request must then send 'Authorization: Bearer KEY'"
             )
         config.reads_need_key = True
+    config.host = host
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)

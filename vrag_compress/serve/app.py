@@ -8,7 +8,6 @@ Errors are JSON ``{"error": message}`` with the same messages as the CLI.
 
 from __future__ import annotations
 
-import hmac
 import io
 import json
 import logging
@@ -37,6 +36,14 @@ from vrag_compress.answering import (
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndex, VisualIndexError
+from vrag_compress.serve.guards import (
+    RequestGuard,
+    allowed_host_names,
+    key_problem,
+    public_hit,
+    public_path,
+    too_large,
+)
 from vrag_compress.serve.jobs import JobQueue, UploadError
 from vrag_compress.store import StoreError
 from vrag_compress.store.base import SearchMode
@@ -54,10 +61,8 @@ DOCS_CSP = (
     "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-WRITE_KEY_MISSING = (
-    "uploads and deletes need an API key: start the server with --api-key KEY "
-    "(or VRAG_API_KEY) and send 'Authorization: Bearer KEY'"
-)
+WRITE_PATHS = frozenset({("POST", "/api/documents")})
+"""Body-carrying routes that write; their key is checked before the body is read."""
 
 
 @dataclass
@@ -75,6 +80,8 @@ class ServeConfig:
     ocr: str = "auto"
     device: str = "auto"
     model: str | None = None
+    host: str = "127.0.0.1"
+    allowed_hosts: list[str] = field(default_factory=list)
 
 
 class AskRequest(BaseModel):
@@ -131,6 +138,7 @@ class Server:
     ) -> None:
         self.config = config
         root = Path(config.index_dir)
+        self.root = root.resolve()  # as stored paths name it; answers show paths relative to it
         if not VisualIndex.exists(root):
             VisualIndex.create(
                 root, model=config.model or "auto", encoder=encoder, device=config.device
@@ -168,6 +176,14 @@ def create_app(
         redoc_url=None,
     )
     app.state.server = server
+    app.add_middleware(
+        RequestGuard,
+        host_names=allowed_host_names(config.host, config.allowed_hosts),
+        api_key=config.api_key,
+        reads_need_key=config.reads_need_key,
+        write_paths=WRITE_PATHS,
+        max_upload_mb=config.max_upload_mb,
+    )
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -205,15 +221,8 @@ def _add_errors(app: FastAPI) -> None:
 
 
 def _add_headers(app: FastAPI, config: ServeConfig) -> None:
-    limit = int(config.max_upload_mb * 2**20)
-
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Response:
-        length = request.headers.get("content-length")
-        if request.method == "POST" and length and length.isdigit() and int(length) > limit + 65536:
-            return JSONResponse(
-                {"error": _too_large(int(length), config.max_upload_mb)}, status_code=413
-            )
         response = await call_next(request)
         is_docs = request.url.path == "/docs"
         response.headers.setdefault("Content-Security-Policy", DOCS_CSP if is_docs else PAGE_CSP)
@@ -221,13 +230,6 @@ def _add_headers(app: FastAPI, config: ServeConfig) -> None:
         response.headers.setdefault("Referrer-Policy", "no-referrer")
         response.headers.setdefault("X-Frame-Options", "DENY")
         return response
-
-
-def _too_large(size: int, limit_mb: float) -> str:
-    return (
-        f"upload of {size / 2**20:.2f} MB is over this server's limit of {limit_mb:g} MB "
-        "(--max-upload-mb)"
-    )
 
 
 def _add_pages(app: FastAPI) -> None:
@@ -281,15 +283,10 @@ BEARER = HTTPBearer(
 def _check_key(
     config: ServeConfig, credentials: HTTPAuthorizationCredentials | None, write: bool
 ) -> None:
-    if config.api_key is None:
-        if write:
-            raise ApiError(403, WRITE_KEY_MISSING)
-        return
-    if not (write or config.reads_need_key):
-        return
     token = credentials.credentials.strip() if credentials else None
-    if not token or not hmac.compare_digest(token.encode(), config.api_key.encode()):
-        raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
+    problem = key_problem(config.api_key, config.reads_need_key, token, write=write)
+    if problem is not None:
+        raise ApiError(*problem)
 
 
 def _filter(values: list[str]) -> dict[str, Any] | None:
@@ -361,7 +358,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
             )
         except (ValueError, EncoderLoadError, StoreError) as error:
             raise ApiError(400, str(error)) from error
-        return {"query": q, "hits": [h.to_dict() for h in hits]}
+        return {"query": q, "hits": [public_hit(h.to_dict(), server.root) for h in hits]}
 
     @app.get("/api/pages/{page_id:path}/image", dependencies=reads, tags=["pages"])
     def page_image(page_id: str, max_side: int | None = Query(None, ge=16, le=4096)) -> Response:
@@ -428,7 +425,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
                 {
                     "doc_id": d.doc_id,
                     "filename": Path(d.source).name if d.source else None,
-                    "source": d.source,
+                    "source": public_path(d.source, server.root),
                     "n_pages": d.n_pages,
                     "complete": d.complete,
                     "metadata": d.metadata,
@@ -463,7 +460,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
                 while chunk := file.file.read(1 << 20):
                     written += len(chunk)
                     if written > limit:
-                        raise UploadError(_too_large(written, config.max_upload_mb), 413)
+                        raise UploadError(too_large(written, config.max_upload_mb), 413)
                     out.write(chunk)
 
         try:
@@ -485,6 +482,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         """Model, compressor, counts, size (as `vrag info --json`) and the server's limits."""
         return {
             **server.reader.info(),
+            "path": Path(config.index_dir).name,
             "server": {
                 "llm": server.chat_model is not None,
                 "writes_enabled": config.api_key is not None,
@@ -520,18 +518,24 @@ def _add_api(app: FastAPI, server: Server) -> None:
         if not hits:
             raise ApiError(404, f"{config.index_dir}: the index has no pages to answer from")
         return StreamingResponse(
-            _answer_stream(server.chat_model, question, hits), media_type="application/x-ndjson"
+            _answer_stream(server.chat_model, question, hits, server.root),
+            media_type="application/x-ndjson",
         )
 
 
-def _answer_stream(chat_model: ChatModel, question: str, hits: list[Any]) -> Iterator[bytes]:
+def _answer_stream(
+    chat_model: ChatModel, question: str, hits: list[Any], root: Path
+) -> Iterator[bytes]:
     pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
     cited = [
-        {
-            **page_reference(n, page),
-            "page_no": hit.page_no,
-            "filename": hit.metadata.get("filename"),
-        }
+        public_hit(
+            {
+                **page_reference(n, page),
+                "page_no": hit.page_no,
+                "filename": hit.metadata.get("filename"),
+            },
+            root,
+        )
         for n, (page, hit) in enumerate(zip(pages, hits, strict=True), start=1)
     ]
     yield _line({"type": "citations", "citations": cited})

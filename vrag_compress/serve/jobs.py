@@ -5,6 +5,11 @@ Every upload is saved under ``<index>/uploads/<job id>/<sanitised name>`` and in
 atomically, so a server killed mid-upload leaves an index that verifies, and on the next start
 the unfinished uploads are queued again and resume at their first uncommitted page.
 
+Next to the file, ``.job.json`` records what the upload asked for (name, metadata, options) and,
+once it ends, how it ended. It is written only after the upload was checked and accepted, so a
+restart resumes exactly the accepted uploads, with their metadata, and answers the status of
+finished ones; a folder without a record (a refused or half-saved upload) is never indexed.
+
 Progress is read from the store itself (the pages of the document committed so far), so it is
 exactly what a search can already find. One writer at a time: jobs and deletes share one lock and
 open the index for writing only while they work, so `vrag index` can write when the server idles.
@@ -12,7 +17,9 @@ open the index for writing only while they work, so `vrag index` can write when 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import queue
 import re
 import shutil
@@ -26,12 +33,17 @@ from typing import Any
 
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import SUPPORTED_SUFFIXES, IngestError, open_document
+from vrag_compress.store.validate import StoreInputError, metadata_json
 
 log = logging.getLogger(__name__)
 
 UPLOADS = "uploads"
+RECORD = ".job.json"
 JOB_STATES = ("queued", "running", "done", "failed")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
+MAX_NAME_BYTES = 200
+"""Below the 255-byte file name limit of common file systems, in UTF-8."""
+_UNSAFE = re.compile(r'[<>:"|?*]+')
+"""Characters Windows refuses in file names (path separators and controls go first)."""
 
 
 class UploadError(ValueError):
@@ -43,15 +55,23 @@ class UploadError(ValueError):
 
 
 def safe_filename(name: str) -> str:
-    """The base name of an uploaded file with anything risky replaced: no folders, no leading
-    dots, no control or shell characters, at most 120 characters, the suffix kept."""
-    base = re.split(r"[\\/]", unicodedata.normalize("NFKC", name or ""))[-1]
+    """The base name of an uploaded file, kept in any script (NFC): no folders, no leading dots,
+    no control or format characters, none that Windows refuses, at most `MAX_NAME_BYTES` bytes
+    of UTF-8, the suffix kept (lower case)."""
+    base = re.split(r"[\\/]", unicodedata.normalize("NFC", name or ""))[-1]
+    base = "".join(c for c in base if unicodedata.category(c)[0] != "C")
     base = _UNSAFE.sub("_", base).strip(" .")
     stem, dot, suffix = base.rpartition(".")
     if not dot:
         stem, suffix = base, ""
-    stem = stem.strip(" .")[: 120 - len(suffix) - 1] or "upload"
-    return f"{stem}.{suffix.lower()}" if suffix else stem
+    suffix = _utf8_prefix(suffix.lower(), 16)
+    stem = _utf8_prefix(stem, MAX_NAME_BYTES - len(suffix.encode()) - 1).strip(" .") or "upload"
+    return f"{stem}.{suffix}" if suffix else stem
+
+
+def _utf8_prefix(text: str, max_bytes: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 fits ``max_bytes`` (whole characters)."""
+    return text.encode()[:max_bytes].decode(errors="ignore")
 
 
 @dataclass
@@ -64,6 +84,7 @@ class Job:
     doc_id: str
     n_pages: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    ocr: str = "auto"
     state: str = "queued"
     pages_done: int = 0
     failures: list[dict[str, str]] = field(default_factory=list)
@@ -82,6 +103,45 @@ class Job:
             "doc_id": self.doc_id,
             "resumed": self.resumed,
         }
+
+    def save(self) -> None:
+        """Write ``.job.json`` next to the upload (atomically: a kill leaves the old or new)."""
+        record = {
+            "job": self.id,
+            "filename": self.filename,
+            "doc_id": self.doc_id,
+            "n_pages": self.n_pages,
+            "metadata": self.metadata,
+            "options": {"ocr": self.ocr},
+            "state": self.state,
+            "pages_done": self.pages_done,
+            "failures": self.failures,
+            "error": self.error,
+        }
+        path = self.path.parent / RECORD
+        partial = path.with_name(RECORD + ".tmp")
+        partial.write_text(json.dumps(record, allow_nan=False, ensure_ascii=False))
+        os.replace(partial, path)
+
+    @classmethod
+    def load(cls, folder: Path) -> Job:
+        """The job recorded in ``folder``; ValueError/KeyError/OSError when it is unreadable."""
+        record = json.loads((folder / RECORD).read_text())
+        filename = safe_filename(str(record["filename"]))  # never a path out of the folder
+        state = record["state"] if record.get("state") in JOB_STATES else "queued"
+        return cls(
+            id=folder.name,
+            path=folder / filename,
+            filename=filename,
+            doc_id=str(record["doc_id"]),
+            n_pages=int(record["n_pages"]),
+            metadata=dict(record.get("metadata") or {}),
+            ocr=str(record.get("options", {}).get("ocr", "auto")),
+            state=state,
+            pages_done=int(record.get("pages_done") or 0),
+            failures=list(record.get("failures") or []),
+            error=record.get("error"),
+        )
 
 
 class JobQueue:
@@ -116,6 +176,12 @@ class JobQueue:
         if Path(name).suffix.lower() not in SUPPORTED_SUFFIXES:
             kinds = " ".join(sorted(SUPPORTED_SUFFIXES))
             raise UploadError(f"{name}: unsupported file type; upload one of {kinds}", 415)
+        try:
+            metadata_json(metadata, "metadata")
+        except StoreInputError as error:
+            raise UploadError(str(error), 422) from error
+        except RecursionError as error:
+            raise UploadError("metadata is nested too deeply", 422) from error
         job_id = uuid.uuid4().hex[:12]
         folder = self.uploads / job_id
         folder.mkdir(parents=True)
@@ -129,34 +195,52 @@ class JobQueue:
                     "per upload (--max-pages)",
                     413,
                 )
+            job = Job(job_id, path, name, doc_id, n_pages, metadata=metadata, ocr=self.ocr)
+            job.save()
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        job = Job(job_id, path, name, doc_id, n_pages, metadata=metadata)
         self.jobs[job_id] = job
         self._queue.put(job)
         return job
 
     def resume_unfinished(self) -> list[Job]:
-        """Queue again the uploads whose document is missing or incomplete (a killed server)."""
+        """Load the recorded jobs: finished ones answer their status again, and the uploads
+        whose document is missing or incomplete (a killed server) are queued again, with the
+        metadata and options they were accepted with."""
         resumed = []
         for folder in sorted(p for p in self.uploads.glob("*") if p.is_dir()):
-            files = [f for f in folder.iterdir() if f.is_file() and not f.name.startswith(".")]
-            if len(files) != 1:
+            job = self._recorded(folder)
+            if job is None:
                 continue
-            try:
-                doc_id, n_pages = _inspect(files[0], files[0].name)
-            except UploadError as error:
-                log.warning("not resuming %s: %s", files[0], error)
-                continue
-            record = self.reader.store.document(doc_id)
-            if record is not None and record.complete:
-                continue
-            job = Job(folder.name, files[0], files[0].name, doc_id, n_pages, resumed=True)
             self.jobs[job.id] = job
+            if job.state in ("done", "failed"):
+                continue
+            document = self.reader.store.document(job.doc_id)
+            if document is not None and document.complete:
+                job.state, job.pages_done = "done", len(self.reader.store.page_ids(job.doc_id))
+                job.save()  # killed after its last commit, before its record said so
+                continue
+            job.state, job.resumed = "queued", True
             self._queue.put(job)
             resumed.append(job)
         return resumed
+
+    def _recorded(self, folder: Path) -> Job | None:
+        """The job recorded in an upload folder; None (logged) for a folder without a readable
+        record: an upload that was refused or killed before it was accepted is never indexed."""
+        try:
+            job = Job.load(folder)
+        except FileNotFoundError:
+            log.warning("not resuming %s: no %s (the upload was never accepted)", folder, RECORD)
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("not resuming %s: unreadable %s (%s)", folder, RECORD, error)
+            return None
+        if job.state not in ("done", "failed") and not job.path.is_file():
+            log.warning("not resuming %s: its file %s is missing", folder, job.filename)
+            return None
+        return job
 
     # ------------------------------------------------------------------ reading
     def status(self, job_id: str) -> Job | None:
@@ -200,19 +284,28 @@ class JobQueue:
         job.state = "running"
         try:
             with self.open_writer() as writer:
-                report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=self.ocr)
+                report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=job.ocr)
         except Exception as error:  # lock held by `vrag index`, disk full, model errors...
             log.exception("upload %s failed", job.id)
             job.error = f"{type(error).__name__}: {error}"
             job.state = "failed"
-            return
-        finally:
-            job.pages_done = len(self.reader.store.page_ids(job.doc_id))
-        job.failures = [_public_failure(f, job) for f in report.failures]
-        record = self.reader.store.document(job.doc_id)
-        if job.doc_id in report.documents_skipped and record and record.source != str(job.path):
-            self._remove_upload(job.path)  # the same content was indexed from another file
-        job.state = "failed" if report.failures and job.pages_done == 0 else "done"
+        else:
+            job.failures = [_public_failure(f, job) for f in report.failures]
+            record = self.reader.store.document(job.doc_id)
+            if job.doc_id in report.documents_skipped and record and record.source != str(job.path):
+                job.path.unlink(missing_ok=True)  # the same content was indexed from another file
+        job.pages_done = len(self.reader.store.page_ids(job.doc_id))
+        if job.state == "running":
+            job.state = "failed" if job.failures and job.pages_done == 0 else "done"
+        self._record_end(job)
+
+    def _record_end(self, job: Job) -> None:
+        """Keep how a job ended for its status after a restart (best effort: a full disk must
+        not turn a finished upload into a crash)."""
+        try:
+            job.save()
+        except OSError as error:
+            log.warning("could not record the end of upload %s: %s", job.id, error)
 
 
 def _inspect(path: Path, name: str) -> tuple[str, int]:

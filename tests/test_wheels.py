@@ -1,0 +1,109 @@
+"""The three distributions build as wheels and sdists, pass `twine check`, and work installed.
+
+The wheels go into a fresh virtual environment (not editable). Their dependencies are already
+installed in the test environment, so the fresh environment reads them from there through a
+path file (no download, and the editable installs of this checkout stay invisible: path files
+inside an added folder are not processed). Everything then runs from the installed wheels.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECTS = [ROOT, ROOT / "integrations" / "langchain", ROOT / "integrations" / "llama-index"]
+NOT_SOURCE = shutil.ignore_patterns(
+    ".venv", ".git", "build", "dist", "out", "*.egg-info", "__pycache__", ".*_cache", "integrations"
+)
+
+pytestmark = pytest.mark.slow
+
+
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _run(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run a command without this checkout on its path (the fresh environment must not see it)."""
+    env = env or CLEAN_ENV
+    done = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"{args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels and sdists of the core and both integrations, built from copies of the sources."""
+    out = tmp_path_factory.mktemp("dist")
+    sources = tmp_path_factory.mktemp("src")
+    for project in PROJECTS:
+        copy = sources / project.name
+        shutil.copytree(project, copy, ignore=NOT_SOURCE)
+        _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, copy)
+    return out
+
+
+@pytest.fixture(scope="module")
+def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with the three wheels installed (no editable install)."""
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    wheels = sorted(dist.glob("*.whl"))
+    _run(python, "-m", "pip", "install", "--no-deps", "--no-index", *wheels)
+    # only now the dependencies: pip must not see (and never touch) this checkout's installs
+    site = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
+    (Path(site) / "test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return env_dir
+
+
+def test_every_distribution_builds_and_passes_twine_check(dist: Path) -> None:
+    names = sorted(p.name for p in dist.iterdir())
+    assert len([n for n in names if n.endswith(".whl")]) == 3
+    assert len([n for n in names if n.endswith(".tar.gz")]) == 3
+    _run(sys.executable, "-m", "twine", "check", "--strict", *sorted(dist.iterdir()))
+
+
+def test_the_core_wheel_carries_what_an_index_expects(dist: Path) -> None:
+    from zipfile import ZipFile
+
+    (wheel,) = dist.glob("vrag_compress-*.whl")
+    files = ZipFile(wheel).namelist()
+    assert "vrag_compress/py.typed" in files
+    assert "vrag_compress/serve/static/index.html" in files
+    metadata = ZipFile(wheel).read(next(f for f in files if f.endswith("METADATA"))).decode()
+    for field in ("License-Expression: Apache-2.0", "Classifier: Typing :: Typed", "Project-URL"):
+        assert field in metadata
+    assert not any(f.startswith(("tests/", "integrations/")) for f in files)
+
+
+def test_installed_wheels_index_search_and_import(
+    installed: Path, shared_data: Path, tmp_path: Path
+) -> None:
+    env = {**CLEAN_ENV, "HF_HUB_OFFLINE": "1"}
+    vrag = installed / "bin" / "vrag"
+    python = installed / "bin" / "python"
+    assert _run(vrag, "--version", env=env).strip()
+    where = _run(
+        python,
+        "-c",
+        "import vrag_compress, langchain_vrag_compress, llama_index.retrievers.vrag_compress as li;"
+        "print(vrag_compress.__file__, langchain_vrag_compress.__file__, li.__file__)",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert all(str(installed) in path for path in where.split()), where
+    pdf = shared_data / "pdfs" / "gov" / "senate-expenditures.pdf"
+    index = tmp_path / "wheel.vrag"
+    _run(vrag, "index", pdf, "--index", index, "--model", "tiny-colpali", cwd=tmp_path, env=env)
+    found = _run(vrag, "search", index, "expenditures", "-k", "2", "--json", cwd=tmp_path, env=env)
+    assert pdf.name in found
