@@ -4,7 +4,8 @@
 
 Each command runs ``--repeat`` times as ``python -m vrag_compress ...``, interleaved round by round
 so that the machine's load weighs on every row alike; ``floor_torch_transformers`` is a process
-that only imports torch and transformers' modeling code, what a query encoder cannot avoid.
+that only imports torch and transformers' modeling code (with vrag's torchvision fix), what a
+query encoder cannot avoid.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def commands(index: str, query: str) -> dict[str, list[str]]:
         "floor_torch_transformers": [
             sys.executable,
             "-c",
-            "import torch, transformers.modeling_utils",
+            "from vrag_compress.compat import ensure_torchvision_importable as fix\n"
+            "fix()\nimport transformers.modeling_utils",
         ],
     }
 
