@@ -30,8 +30,8 @@ def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return path
 
 
-def heavy_imports(*args: str | Path) -> set[str]:
-    """The heavy top-level packages one `python -m vrag_compress ARGS` process imports."""
+def imports_of(*args: str | Path) -> tuple[set[str], str]:
+    """Every module one `python -m vrag_compress ARGS` process imports, and its stdout."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "vrag_compress", *map(str, args)],
@@ -42,11 +42,25 @@ def heavy_imports(*args: str | Path) -> set[str]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
+        line.rsplit("|", 1)[1].strip()
         for line in done.stderr.splitlines()
         if line.startswith("import time:") and line.count("|") == 2
     }
-    return imported & HEAVY | {name for name in imported if name.startswith("langchain")}
+    return imported, done.stdout
+
+
+def heavy_imports(*args: str | Path) -> set[str]:
+    """The heavy top-level packages one `python -m vrag_compress ARGS` process imports."""
+    packages = {name.split(".")[0] for name in imports_of(*args)[0]}
+    return packages & HEAVY | {name for name in packages if name.startswith("langchain")}
+
+
+def test_version_answers_before_loading_the_commands():
+    from vrag_compress.version import __version__
+
+    imported, stdout = imports_of("--version")
+    assert stdout == f"vrag {__version__}\n"
+    assert "numpy" not in imported and "vrag_compress.cli.index" not in imported
 
 
 @pytest.mark.parametrize(
