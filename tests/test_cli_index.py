@@ -211,20 +211,36 @@ def test_ask_without_the_langchain_integration_says_what_to_install(
     assert "vrag-compress[ask]" in result.stderr and "Traceback" not in result.stderr
 
 
+def use_the_langchain_plugin(monkeypatch: pytest.MonkeyPatch, model: object) -> None:
+    """Chat models as an installed `langchain-vrag-compress` provides them: through the entry
+    point its pyproject declares (read from there), with LangChain's loader answering ``model``."""
+    from importlib.metadata import EntryPoint
+
+    from vrag_compress import answering
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    qa = pytest.importorskip("langchain_vrag_compress.qa")
+    pyproject = Path(__file__).resolve().parents[1] / "integrations/langchain/pyproject.toml"
+    group = answering.CHAT_MODEL_PLUGINS
+    declared = tomllib.loads(pyproject.read_text())["project"]["entry-points"][group]
+    plugins = [EntryPoint(name, value, group) for name, value in declared.items()]
+    monkeypatch.setattr(answering, "entry_points", lambda group: plugins)
+    monkeypatch.setattr(qa, "load_chat_model", lambda spec: model)
+
+
 def test_ask_sends_page_images_and_cites_pages(cli_index: Path, monkeypatch: pytest.MonkeyPatch):
-    lc = pytest.importorskip("langchain_vrag_compress")
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
     seen: list = []
 
     class RecordingChat(GenericFakeChatModel):
-        def invoke(self, messages, *args, **kwargs):  # noqa: ANN001
+        def stream(self, messages, *args, **kwargs):  # noqa: ANN001
             seen.append(messages)
-            return super().invoke(messages, *args, **kwargs)
+            return super().stream(messages, *args, **kwargs)
 
     fake = RecordingChat(messages=iter([AIMessage(content="The petitioner argues X [2].")]))
-    monkeypatch.setattr(lc, "load_chat_model", lambda spec: fake)
+    use_the_langchain_plugin(monkeypatch, fake)
     code, stdout = run(
         "ask", cli_index, "what is argued?", "--llm", "fake:model", "-k", "2", "--json"
     )

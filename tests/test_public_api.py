@@ -20,6 +20,7 @@ INTEGRATION_SOURCES = [
     ROOT / "integrations" / "llama-index" / "llama_index",
 ]
 FRAMEWORKS = ("langchain", "langchain_core", "langchain_classic", "llama_index")
+INTEGRATIONS = ("langchain_vrag_compress", "llama_index")  # they depend on the core, not back
 
 
 def _imports(folder: Path) -> list[tuple[Path, int, str, list[str]]]:
@@ -68,6 +69,45 @@ def test_the_core_imports_no_framework():
         if module.split(".")[0] in FRAMEWORKS
     ]
     assert not bad, "frameworks belong under integrations/:\n" + "\n".join(bad)
+
+
+def _imported_names(folder: Path) -> list[tuple[Path, int, str]]:
+    """Every module an import statement or an ``import_module("...")`` call names."""
+    found = [(path, line, module) for path, line, module, _ in _imports(folder)]
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                found.append((path, node.lineno, node.args[0].value))
+    return found
+
+
+def test_the_core_imports_no_integration():
+    """The integrations depend on vrag-compress; the core reaches them only through plugins
+    (entry points such as ``vrag_compress.chat_models``), never by importing them."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path, line, module in _imported_names(ROOT / "vrag_compress")
+        if module.split(".")[0] in INTEGRATIONS
+    ]
+    assert not bad, "the core must not import an integration:\n" + "\n".join(bad)
+
+
+def test_the_store_imports_nothing_of_the_pipeline():
+    """The store is a layer below: it may use its own modules and the version, no more."""
+    allowed = ("vrag_compress.store", "vrag_compress.version")
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path, line, module in _imported_names(ROOT / "vrag_compress" / "store")
+        if module.startswith("vrag_compress")
+        and not any(module == a or module.startswith(a + ".") for a in allowed)
+    ]
+    assert not bad, "the store imports the pipeline:\n" + "\n".join(bad)
 
 
 def test_page_id_is_the_one_default_id_format():

@@ -295,12 +295,13 @@ def test_page_headers_cors_and_docs(index_dir):
 def test_ask_streams_the_answer_with_citations(index_dir):
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
+    from langchain_vrag_compress import LangChainChatModel
 
     with serve(index_dir) as client:
         refused = client.post("/api/ask", json={"question": "who argued?"})
         assert refused.status_code == 400 and "no LLM configured" in refused.json()["error"]
     model = GenericFakeChatModel(messages=iter([AIMessage("Mercer argued [1].")]))
-    app = create_app(ServeConfig(index_dir, ocr="never"), chat_model=model)
+    app = create_app(ServeConfig(index_dir, ocr="never"), chat_model=LangChainChatModel(model))
     with TestClient(app, base_url=BASE) as client:
         assert client.get("/api/info").json()["server"]["llm"] is True
         with client.stream("POST", "/api/ask", json={"question": "who argued?", "k": 1}) as r:

@@ -195,12 +195,14 @@ def test_upload_without_the_key_shows_the_error(server, browser, shared_data):
 def test_ask_box_streams_the_answer_and_links_cited_regions(server, served_index, browser):
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
+    from langchain_vrag_compress import LangChainChatModel
 
     browser.get(server + "/")
     wait(browser, lambda d: "pages" in d.find_element(By.ID, "index-info").text)
     assert not browser.find_element(By.ID, "ask-section").is_displayed()  # no LLM: no ask box
     model = GenericFakeChatModel(messages=iter([AIMessage("It is on the first page [1].")]))
-    with serving(create_app(ServeConfig(served_index, ocr="never"), chat_model=model)) as url:
+    config = ServeConfig(served_index, ocr="never")
+    with serving(create_app(config, chat_model=LangChainChatModel(model))) as url:
         browser.get(url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "ask-section").is_displayed())
         browser.find_element(By.ID, "ask-q").send_keys("where is the argument?")

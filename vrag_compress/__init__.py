@@ -40,6 +40,20 @@ _EXPORTS = {
     "compressor_for": "vrag_compress.compress",
     "list_compressors": "vrag_compress.compress",
     "register_compressor": "vrag_compress.compress",
+    # answering from retrieved pages (chat models come from plugins)
+    "AnswerPage": "vrag_compress.answering",
+    "ChatModel": "vrag_compress.answering",
+    "NoChatModelError": "vrag_compress.answering",
+    "DEFAULT_SYSTEM_PROMPT": "vrag_compress.answering",
+    "answer_messages": "vrag_compress.answering",
+    "answer_pages": "vrag_compress.answering",
+    "load_chat_model": "vrag_compress.answering",
+    "page_blocks": "vrag_compress.answering",
+    "page_label": "vrag_compress.answering",
+    "region_label": "vrag_compress.answering",
+    "page_reference": "vrag_compress.answering",
+    "cited_numbers": "vrag_compress.answering",
+    "citations": "vrag_compress.answering",
     # scoring and calibration
     "maxsim": "vrag_compress.scoring",
     "score_retention": "vrag_compress.calibrate",
@@ -47,6 +61,21 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ loads them
+    from vrag_compress.answering import (
+        DEFAULT_SYSTEM_PROMPT,
+        AnswerPage,
+        ChatModel,
+        NoChatModelError,
+        answer_messages,
+        answer_pages,
+        citations,
+        cited_numbers,
+        load_chat_model,
+        page_blocks,
+        page_label,
+        page_reference,
+        region_label,
+    )
     from vrag_compress.calibrate import score_retention, select_window
     from vrag_compress.compress import (
         compressor_for,
@@ -104,6 +133,19 @@ __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "compressor_for",
     "list_compressors",
     "register_compressor",
+    "AnswerPage",
+    "ChatModel",
+    "NoChatModelError",
+    "DEFAULT_SYSTEM_PROMPT",
+    "answer_messages",
+    "answer_pages",
+    "load_chat_model",
+    "page_blocks",
+    "page_label",
+    "region_label",
+    "page_reference",
+    "cited_numbers",
+    "citations",
     "maxsim",
     "score_retention",
     "select_window",

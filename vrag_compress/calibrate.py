@@ -21,6 +21,7 @@ from vrag_compress.compress.profiles import (
 )
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.scoring import maxsim
+from vrag_compress.store.maxsim import maxsim_scores
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -55,12 +56,12 @@ def score_retention(query: np.ndarray, full: np.ndarray, kept_vectors: np.ndarra
 def _pair_curve(page: PageEncoding, query: np.ndarray, ratio: float) -> np.ndarray:
     """SR of one pair for every single-layer SAP window {l}: [L]."""
     centrality = page_stat(page, "centrality")
-    sim = np.asarray(query, dtype=np.float32) @ page.vectors.T  # [M, N]
-    full = float(sim.max(axis=1).sum())
+    full = float(maxsim_scores([query], page.vectors, np.array([0, page.n_tokens]))[0, 0])
     if full == 0.0:
         return np.ones(centrality.shape[0])
-    kept = top_k_positions(centrality.astype(np.float64), budget(page.n_tokens, ratio))
-    kept_scores = sim[:, kept].max(axis=2).sum(axis=0)  # [L]
+    kept = top_k_positions(centrality.astype(np.float64), budget(page.n_tokens, ratio))  # [L, k]
+    kept_bounds = np.arange(kept.shape[0] + 1, dtype=np.int64) * kept.shape[1]
+    kept_scores = maxsim_scores([query], page.vectors[kept.reshape(-1)], kept_bounds)[0]  # [L]
     return kept_scores.astype(np.float64) / full
 
 

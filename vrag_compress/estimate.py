@@ -42,6 +42,7 @@ import numpy as np
 
 from vrag_compress.compress import compressor_for, parse_method_spec
 from vrag_compress.encoders.base import Encoder, PageEncoding, ReadsPageText
+from vrag_compress.store.maxsim import maxsim_scores, pack_pages
 
 log = logging.getLogger(__name__)
 
@@ -272,14 +273,8 @@ def image_queries(
 
 # ------------------------------------------------------------------------------ the estimate
 def maxsim_matrix(queries: Sequence[np.ndarray], pages: Sequence[np.ndarray]) -> np.ndarray:
-    """Exact MaxSim of every query against every page -> [n_queries, n_pages]."""
-    vectors = np.concatenate([np.asarray(p, dtype=np.float32) for p in pages])
-    starts = np.cumsum([0] + [len(p) for p in pages[:-1]])
-    out = np.zeros((len(queries), len(pages)))
-    for i, q in enumerate(queries):
-        best = np.maximum.reduceat(np.asarray(q, np.float32) @ vectors.T, starts, axis=1)
-        out[i] = best.sum(axis=0, dtype=np.float64)
-    return out
+    """Exact MaxSim of every query against every page -> [n_queries, n_pages] (fp64 sums)."""
+    return maxsim_scores(queries, *pack_pages(pages), sum_dtype=np.float64)
 
 
 def pseudo_gains(

@@ -20,9 +20,9 @@ app.add_typer(bench_app, name="bench")
 
 def _print_version(value: bool) -> None:
     if value:
-        from vrag_compress.version import __version__
+        from vrag_compress.version import version_line
 
-        typer.echo(f"vrag {__version__}")
+        typer.echo(version_line())
         raise typer.Exit()
 
 

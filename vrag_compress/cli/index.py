@@ -503,15 +503,9 @@ def ask(
     json_out: bool = JsonOpt,
 ) -> None:
     """Answer a question with a multimodal chat model, from the retrieved page images."""
+    from vrag_compress import answering
     from vrag_compress.store import StoreError
 
-    try:
-        import langchain_vrag_compress as lc
-    except ImportError:
-        fail(
-            "`vrag ask` needs the LangChain integration: pip install 'vrag-compress[ask]' "
-            "(langchain-vrag-compress, langchain) and langchain-<provider> for your chat model"
-        )
     spec = llm or os.environ.get("VRAG_LLM")
     if not spec:
         fail(
@@ -519,27 +513,26 @@ def ask(
             "VRAG_LLM; needs `pip install langchain langchain-<provider>` and the provider's key"
         )
     try:
-        chat_model = lc.load_chat_model(spec)
-    except lc.NoChatModelError as error:
+        chat_model = answering.load_chat_model(spec)
+    except answering.NoChatModelError as error:
         fail(str(error))
+    where = parse_filter(filter)
     with open_index(index_dir, readonly=True) as vindex:
-        retriever = lc.CompressedColPaliRetriever(
-            index=vindex, k=k, filter=parse_filter(filter), include_image_base64=True
-        )
         try:
-            pages = retriever.invoke(question)
+            hits = vindex.search(question, k=k, filter=where)
         except (ValueError, EncoderLoadError, StoreError) as error:
             fail(str(error))
-        if not pages:
+        if not hits:
             fail(f"{index_dir}: the index has no pages to answer from")
+        pages = [answering.AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
         try:
-            result = lc.answer_pages(question, pages, chat_model)
+            result = answering.answer_pages(question, pages, chat_model)
         except Exception as error:  # provider errors: missing key, network, refused images
             fail(f"the chat model failed: {type(error).__name__}: {error}")
     # `page_no` kept beside `page` for scripts written against earlier versions of this output
     result["citations"] = [{**c, "page_no": c["page"]} for c in result["citations"]]
     result["pages"] = [
-        {**lc.page_reference(n, page), "page_no": page.metadata.get("page")}
+        {**answering.page_reference(n, page), "page_no": page.metadata.get("page")}
         for n, page in enumerate(pages, start=1)
     ]
     if json_out:

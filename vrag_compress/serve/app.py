@@ -26,6 +26,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from vrag_compress.answering import (
+    AnswerPage,
+    ChatModel,
+    answer_messages,
+    load_chat_model,
+    page_reference,
+)
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndex, VisualIndexError
@@ -128,7 +135,10 @@ class Server:
     """The index handles, the job queue and the chat model one app serves."""
 
     def __init__(
-        self, config: ServeConfig, encoder: Encoder | None = None, chat_model: Any = None
+        self,
+        config: ServeConfig,
+        encoder: Encoder | None = None,
+        chat_model: ChatModel | None = None,
     ) -> None:
         self.config = config
         root = Path(config.index_dir)
@@ -150,7 +160,7 @@ class Server:
         )
         self.chat_model = chat_model
         if chat_model is None and config.llm:
-            self.chat_model = _langchain().load_chat_model(config.llm)
+            self.chat_model = load_chat_model(config.llm)
 
     def close(self) -> None:
         self.jobs.close()
@@ -158,7 +168,7 @@ class Server:
 
 
 def create_app(
-    config: ServeConfig, *, encoder: Encoder | None = None, chat_model: Any = None
+    config: ServeConfig, *, encoder: Encoder | None = None, chat_model: ChatModel | None = None
 ) -> FastAPI:
     """The application for one index folder (created when missing, with ``config.model``)."""
     shorten_request_logs()
@@ -501,13 +511,14 @@ def _add_api(app: FastAPI, server: Server) -> None:
         )
 
 
-def _answer_stream(chat_model: Any, question: str, hits: list[Any], root: Path) -> Iterator[bytes]:
-    lc = _langchain()
-    pages = [lc.hit_to_document(hit, image_base64=True) for hit in hits]
+def _answer_stream(
+    chat_model: ChatModel, question: str, hits: list[Any], root: Path
+) -> Iterator[bytes]:
+    pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
     cited = [
         public_hit(
             {
-                **lc.page_reference(n, page),
+                **page_reference(n, page),
                 "page_no": hit.page_no,
                 "filename": hit.metadata.get("filename"),
             },
@@ -518,8 +529,7 @@ def _answer_stream(chat_model: Any, question: str, hits: list[Any], root: Path) 
     yield _line({"type": "citations", "citations": cited})
     parts: list[str] = []
     try:
-        for chunk in chat_model.stream(lc.qa_messages(question, pages)):
-            text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
+        for text in chat_model.stream(answer_messages(question, pages)):
             if text:
                 parts.append(text)
                 yield _line({"type": "token", "text": text})
@@ -529,17 +539,6 @@ def _answer_stream(chat_model: Any, question: str, hits: list[Any], root: Path) 
         )
         return
     yield _line({"type": "done", "answer": "".join(parts)})
-
-
-def _langchain() -> Any:
-    """The LangChain integration, which owns the prompt, page image blocks and citations."""
-    try:
-        import langchain_vrag_compress
-    except ImportError as error:
-        raise RuntimeError(
-            "answering questions needs the LangChain integration: pip install 'vrag-compress[ask]'"
-        ) from error
-    return langchain_vrag_compress
 
 
 def _line(payload: dict[str, Any]) -> bytes:

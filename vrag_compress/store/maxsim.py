@@ -1,4 +1,5 @@
-"""Batched exact MaxSim over a concatenated token matrix (no per-page Python loop).
+"""Batched exact MaxSim over a concatenated token matrix (no per-page Python loop): the one
+packed MaxSim kernel, used by the store, the estimate, calibration and the benchmarks.
 
 Pages are contiguous row ranges of one ``[T, D]`` matrix described by ``bounds`` (``P + 1``
 ascending row offsets). One BLAS product per chunk scores every query token against every page
@@ -6,7 +7,9 @@ token, then ``np.maximum.reduceat`` takes each page's max per query token and ``
 sums over each query's tokens. Chunks bound the temporary ``[M, chunk]`` score matrix and let fp16
 storage be converted to fp32 a slice at a time. BLAS threads the product; ``threads > 1`` also
 runs chunks on a thread pool (numpy releases the GIL in the product and the reductions), which
-only pays when BLAS itself runs single-threaded.
+only pays when BLAS itself runs single-threaded. Many queries are split into blocks of whole
+queries so that the score block stays bounded too. Sums are fp32 (the store) or fp64 (the
+evaluations, whose metrics compare scores across compressors).
 """
 
 from __future__ import annotations
@@ -19,13 +22,38 @@ import numpy as np
 
 SCORE_BUDGET = 1 << 26  # floats in one temporary [M, chunk] score block (256 MB)
 FP16_CHUNK_TOKENS = 1 << 18  # rows converted to fp32 at a time when the matrix is fp16
+MIN_CHUNK_TOKENS = 8192  # page tokens per product at least (smaller products waste BLAS)
+QUERY_ROWS = SCORE_BUDGET // MIN_CHUNK_TOKENS  # query tokens per block by default
 
 
 def auto_chunk(query_rows: int, dtype: np.dtype) -> int:
     """Page-chunk size in tokens: as large as the score budget allows (one big BLAS call is
     fastest, measured here), smaller when fp16 rows must be converted to fp32 first."""
-    chunk = max(8192, SCORE_BUDGET // max(1, query_rows))
+    chunk = max(MIN_CHUNK_TOKENS, SCORE_BUDGET // max(1, query_rows))
     return min(chunk, FP16_CHUNK_TOKENS) if dtype != np.float32 else chunk
+
+
+def pack_pages(pages: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Pages' vectors as one fp32 ``[T, D]`` matrix and its ``bounds`` (``P + 1`` row offsets)."""
+    bounds = np.zeros(len(pages) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in pages], out=bounds[1:])
+    if not pages:
+        return np.zeros((0, 0), dtype=np.float32), bounds
+    return np.ascontiguousarray(np.concatenate(pages), dtype=np.float32), bounds
+
+
+def query_blocks(lengths: Sequence[int], max_rows: int) -> list[tuple[int, int]]:
+    """Consecutive ``[start, stop)`` query ranges of at most ``max_rows`` rows (at least one
+    query each)."""
+    blocks, start, rows = [], 0, 0
+    for i, length in enumerate(lengths):
+        if i > start and rows + length > max_rows:
+            blocks.append((start, i))
+            start, rows = i, 0
+        rows += length
+    if start < len(lengths):
+        blocks.append((start, len(lengths)))
+    return blocks
 
 
 def stack_queries(queries: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -50,14 +78,20 @@ def page_chunks(bounds: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]]:
 
 
 def _score_chunk(
-    q: np.ndarray, q_starts: np.ndarray, tokens: np.ndarray, bounds: np.ndarray, p0: int, p1: int
+    q: np.ndarray,
+    q_starts: np.ndarray,
+    tokens: np.ndarray,
+    bounds: np.ndarray,
+    p0: int,
+    p1: int,
+    sum_dtype: type[np.floating[Any]],
 ) -> np.ndarray:
     rows = tokens[bounds[p0] : bounds[p1]]
     if rows.dtype != np.float32:
         rows = rows.astype(np.float32)
     sims = q @ rows.T  # [M_total, rows]
     per_token = np.maximum.reduceat(sims, bounds[p0:p1] - bounds[p0], axis=1)  # [M_total, pages]
-    return np.add.reduceat(per_token, q_starts, axis=0)  # [Q, pages]
+    return np.add.reduceat(per_token.astype(sum_dtype, copy=False), q_starts, axis=0)  # [Q, pages]
 
 
 def maxsim_scores(
@@ -67,19 +101,41 @@ def maxsim_scores(
     *,
     chunk_tokens: int | None = None,
     threads: int = 1,
+    sum_dtype: type[np.floating[Any]] = np.float32,
+    query_rows: int = QUERY_ROWS,
 ) -> np.ndarray:
-    """``[Q, P]`` MaxSim of each query against each page of ``tokens`` split by ``bounds``."""
+    """``[Q, P]`` MaxSim of each query against each page of ``tokens`` split by ``bounds``.
+
+    Pages must not be empty. ``sum_dtype`` is the type of the per-query sums (and of the result);
+    ``query_rows`` bounds the query tokens scored in one block."""
     n_pages = len(bounds) - 1
-    q, q_starts = stack_queries(queries)
-    out = np.empty((len(queries), n_pages), dtype=np.float32)
-    if n_pages == 0:
+    out = np.empty((len(queries), n_pages), dtype=sum_dtype)
+    if n_pages == 0 or not queries:
         return out
+    for start, stop in query_blocks([len(q) for q in queries], query_rows):
+        out[start:stop] = _score_block(
+            queries[start:stop], tokens, bounds, chunk_tokens, threads, sum_dtype
+        )
+    return out
+
+
+def _score_block(
+    queries: Sequence[np.ndarray],
+    tokens: np.ndarray,
+    bounds: np.ndarray,
+    chunk_tokens: int | None,
+    threads: int,
+    sum_dtype: type[np.floating[Any]],
+) -> np.ndarray:
+    """`maxsim_scores` of one block of queries, chunk of pages by chunk of pages."""
+    q, q_starts = stack_queries(queries)
+    out = np.empty((len(queries), len(bounds) - 1), dtype=sum_dtype)
     # tokens decoded on demand (no fp16 store) are chunked like fp16: one chunk's fp32 at a time
     dtype = tokens.dtype if isinstance(tokens, np.ndarray) else np.dtype(np.float16)
     chunks = page_chunks(bounds, chunk_tokens or auto_chunk(len(q), dtype))
 
     def run(chunk: tuple[int, int]) -> None:
-        out[:, chunk[0] : chunk[1]] = _score_chunk(q, q_starts, tokens, bounds, *chunk)
+        out[:, chunk[0] : chunk[1]] = _score_chunk(q, q_starts, tokens, bounds, *chunk, sum_dtype)
 
     if threads <= 1 or len(chunks) == 1:
         for chunk in chunks:

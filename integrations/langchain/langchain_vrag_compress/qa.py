@@ -2,18 +2,20 @@
 
 The chain is ``question -> retrieve pages -> [system, *history, HumanMessage(page images +
 question)] -> chat model -> {"answer", "citations", ...}``. Pages are numbered [1]..[k] in the
-prompt; the model is asked to cite those numbers and `citations` maps them back to pages.
+prompt; the model is asked to cite those numbers and `citations` maps them back to pages. The
+prompt, the page blocks and the citations are vrag_compress's own (`vrag ask` and `vrag serve`
+answer the same way); this module adapts them to LangChain documents and messages, and
+`LangChainChatModel` adapts a LangChain chat model to vrag_compress's `ChatModel` protocol.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
@@ -23,31 +25,45 @@ from langchain_core.runnables import (
     RunnablePassthrough,
 )
 from langchain_core.runnables.utils import AddableDict
+from vrag_compress import DEFAULT_SYSTEM_PROMPT, AnswerPage, NoChatModelError, cited_numbers
+from vrag_compress import citations as _citations
+from vrag_compress import page_blocks as _page_blocks
+from vrag_compress import page_label as _page_label
+from vrag_compress import page_reference as _page_reference
+from vrag_compress import region_label as _region_label
 
-from langchain_vrag_compress._documents import page_image_base64, region_crop_base64
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions about document pages, shown to you as numbered page images. "
-    "Use only what the pages show. Cite every page you use by its number in square brackets, "
-    "e.g. [1] or [2][3]. If the pages do not contain the answer, say so."
-)
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "LangChainChatModel",
+    "NoChatModelError",
+    "answer_pages",
+    "cited_numbers",
+    "citations",
+    "create_visual_qa_chain",
+    "load_chat_model",
+    "load_vrag_chat_model",
+    "page_label",
+    "page_reference",
+    "pages_to_message",
+    "qa_messages",
+    "region_label",
+]
 
 BlockStyle = Literal["standard", "openai"]
-_CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+
+
+def _page(document: Document) -> AnswerPage:
+    return AnswerPage(document.id, document.page_content, document.metadata)
 
 
 def page_label(document: Document) -> str:
     """A short human-readable name for a retrieved page: ``report.pdf, page 3``."""
-    meta = document.metadata
-    name = meta.get("filename") or meta.get("source") or meta.get("doc_id") or document.id
-    page = meta.get("page_no", meta.get("page"))
-    return f"{name}, page {page}" if page is not None else str(name)
+    return _page_label(_page(document))
 
 
-def _image_block(data: str, mime: str, style: BlockStyle) -> dict[str, Any]:
-    if style == "openai":
-        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    return {"type": "image", "base64": data, "mime_type": mime}
+def region_label(document: Document) -> str:
+    """Where the top matched region lies on its page, in percent of width and height."""
+    return _region_label(_page(document))
 
 
 def pages_to_message(
@@ -69,69 +85,26 @@ def pages_to_message(
     (its text layer, or OCR text for scans). ``crop_regions`` adds, after each page image, a crop
     of the page's top matched region (``regions`` in the metadata, see `Hit.regions`).
     """
-    if block_style not in ("standard", "openai"):
-        raise ValueError(f"block_style must be 'standard' or 'openai', got {block_style!r}")
-    blocks: list[str | dict[str, Any]] = []
-    for number, document in enumerate(documents, start=1):
-        blocks.append({"type": "text", "text": f"[{number}] {page_label(document)}"})
-        image = page_image_base64(document, image_format, image_max_side)
-        if image is not None:
-            blocks.append(_image_block(*image, block_style))
-        crop = region_crop_base64(document, image_format, image_max_side) if crop_regions else None
-        if crop is not None:
-            blocks.append({"type": "text", "text": f"[{number}] {region_label(document)}"})
-            blocks.append(_image_block(*crop, block_style))
-        if image is None or (include_text and document.page_content):
-            blocks.append({"type": "text", "text": document.page_content})
-    blocks.append({"type": "text", "text": f"Question: {question}"})
-    return HumanMessage(content=blocks)
-
-
-def region_label(document: Document) -> str:
-    """Where the top matched region lies on its page, in percent of width and height."""
-    box = document.metadata["regions"][0]
-    return (
-        f"matched region of that page (x {box['x0']:.0%}-{box['x1']:.0%}, "
-        f"y {box['y0']:.0%}-{box['y1']:.0%})"
+    blocks = _page_blocks(
+        question,
+        [_page(d) for d in documents],
+        include_text=include_text,
+        block_style=block_style,
+        image_format=image_format,
+        image_max_side=image_max_side,
+        crop_regions=crop_regions,
     )
-
-
-def cited_numbers(answer: str) -> list[int]:
-    """Page numbers cited as ``[n]`` or ``[n, m]`` in an answer, in first-mention order."""
-    numbers: dict[int, None] = {}
-    for match in _CITATION.finditer(answer):
-        for part in match.group(1).split(","):
-            numbers[int(part)] = None
-    return list(numbers)
+    return HumanMessage(content=blocks)  # type: ignore[arg-type]
 
 
 def page_reference(number: int, document: Document) -> dict[str, Any]:
     """How page ``[number]`` of a prompt is reported back: label, source, page, ids, score."""
-    meta = document.metadata
-    return {
-        "ref": number,
-        "label": page_label(document),
-        "source": meta.get("source"),
-        "page_no": meta.get("page_no", meta.get("page")),
-        "page": meta.get("page_no", meta.get("page")),
-        "doc_id": meta.get("doc_id"),
-        "page_id": document.id,
-        "score": meta.get("score"),
-        "regions": meta.get("regions") or [],
-    }
+    return _page_reference(number, _page(document))
 
 
 def citations(answer: str, documents: Sequence[Document]) -> list[dict[str, Any]]:
     """The pages an answer cites; numbers outside 1..len(documents) are ignored."""
-    return [
-        page_reference(number, documents[number - 1])
-        for number in cited_numbers(answer)
-        if 1 <= number <= len(documents)
-    ]
-
-
-class NoChatModelError(RuntimeError):
-    """The chat model named cannot be loaded; the message says what to install or set."""
+    return _citations(answer, [_page(d) for d in documents])
 
 
 def load_chat_model(spec: str) -> BaseChatModel:
@@ -147,6 +120,30 @@ def load_chat_model(spec: str) -> BaseChatModel:
         return init_chat_model(spec)
     except Exception as error:  # provider packages raise many kinds of errors here
         raise NoChatModelError(f"could not load chat model {spec!r}: {error}") from error
+
+
+def _langchain_message(message: dict[str, Any]) -> BaseMessage:
+    kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+    return kinds[message["role"]](content=message["content"])
+
+
+class LangChainChatModel:
+    """A LangChain chat model as vrag_compress's `ChatModel` (what `vrag ask` and `vrag serve`
+    call): vrag_compress's messages in, the answer's text pieces out."""
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def stream(self, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
+        for chunk in self.model.stream([_langchain_message(m) for m in messages]):
+            text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
+            if text:
+                yield text
+
+
+def load_vrag_chat_model(spec: str) -> LangChainChatModel:
+    """The ``vrag_compress.chat_models`` plugin: ``provider:model`` as a `ChatModel`."""
+    return LangChainChatModel(load_chat_model(spec))
 
 
 def qa_messages(

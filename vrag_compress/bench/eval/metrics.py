@@ -1,5 +1,5 @@
 """Retrieval metrics through ranx (trec_eval / pytrec_eval semantics: NDCG with linear graded
-gains, a document is relevant when its gain is > 0), plus exact batched MaxSim ranking."""
+gains, a document is relevant when its gain is > 0)."""
 
 from __future__ import annotations
 
@@ -42,27 +42,6 @@ def evaluate_queries(
         scores = {metrics[0]: scores}
     per_query = {name: {q: float(v) for q, v in ranked.scores[name].items()} for name in scores}
     return {name: float(value) for name, value in scores.items()}, per_query
-
-
-class DocMatrix:
-    """All documents' vectors concatenated, for exact MaxSim of a query against every document
-    at once (matrix product + ``np.maximum.reduceat``) instead of a per-document loop."""
-
-    def __init__(self, docs: Sequence[np.ndarray]) -> None:
-        if not docs:
-            raise ValueError("DocMatrix needs at least one document")
-        lengths = np.array([d.shape[0] for d in docs])
-        if (lengths == 0).any():
-            raise ValueError(f"document {int(np.argmax(lengths == 0))} has no vectors")
-        self.vectors = np.ascontiguousarray(np.concatenate(docs).astype(np.float32))
-        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        self.n_docs = len(docs)
-
-    def scores(self, query: np.ndarray) -> np.ndarray:
-        """MaxSim of one query [M, D] against every document -> [n_docs] (float64 sums)."""
-        sims = np.asarray(query, dtype=np.float32) @ self.vectors.T  # [M, T]
-        best = np.maximum.reduceat(sims, self.starts, axis=1)  # [M, n_docs]
-        return best.astype(np.float64).sum(axis=0)
 
 
 def top_k_run(scores: np.ndarray, doc_ids: Sequence[str], k: int = 100) -> dict[str, float]:

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from vrag_compress.beir import BeirDataset, DatasetError, split_queries
-from vrag_compress.bench.eval.metrics import METRICS, DocMatrix, evaluate_queries, top_k_run
+from vrag_compress.bench.eval.metrics import METRICS, evaluate_queries, top_k_run
 from vrag_compress.compress import parse_method_spec
 from vrag_compress.compress.base import CompressionError, Compressor
 from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.store.maxsim import maxsim_scores, pack_pages
 
 CACHE_FORMAT = 1
 RUN_DEPTH = 100
@@ -196,33 +197,15 @@ def encode_corpus(
 def score_all(
     query_vectors: Sequence[np.ndarray], docs: Sequence[np.ndarray], max_rows: int = 256
 ) -> np.ndarray:
-    """Exact MaxSim of every query against every document -> [n_queries, n_docs].
-
-    Queries are stacked into blocks of about ``max_rows`` token rows; each block is one matrix
-    product against all document tokens, a per-document ``np.maximum.reduceat`` and a per-query
-    ``np.add.reduceat``.
-    """
-    matrix = DocMatrix(docs)
-    out = np.zeros((len(query_vectors), matrix.n_docs))
-    for start, stop in _query_blocks([len(q) for q in query_vectors], max_rows):
-        block = np.concatenate(query_vectors[start:stop]).astype(np.float32)
-        best = np.maximum.reduceat(block @ matrix.vectors.T, matrix.starts, axis=1)
-        offsets = np.cumsum([0] + [len(q) for q in query_vectors[start : stop - 1]])
-        out[start:stop] = np.add.reduceat(best.astype(np.float64), offsets, axis=0)
-    return out
-
-
-def _query_blocks(lengths: Sequence[int], max_rows: int) -> list[tuple[int, int]]:
-    """Consecutive [start, stop) query ranges of at most ``max_rows`` rows (at least 1 query)."""
-    blocks, start, rows = [], 0, 0
-    for i, length in enumerate(lengths):
-        if i > start and rows + length > max_rows:
-            blocks.append((start, i))
-            start, rows = i, 0
-        rows += length
-    if start < len(lengths):
-        blocks.append((start, len(lengths)))
-    return blocks
+    """Exact MaxSim of every query against every document -> [n_queries, n_docs] (fp64 sums),
+    queries scored in blocks of about ``max_rows`` token rows."""
+    if not docs:
+        raise ValueError("scoring needs at least one document")
+    empty = [i for i, d in enumerate(docs) if len(d) == 0]
+    if empty:
+        raise ValueError(f"document {empty[0]} has no vectors")
+    tokens, bounds = pack_pages(docs)
+    return maxsim_scores(query_vectors, tokens, bounds, sum_dtype=np.float64, query_rows=max_rows)
 
 
 @dataclass

@@ -1,0 +1,91 @@
+"""The commands that encode nothing start like a CLI: no torch, transformers or framework import
+(`python -X importtime` lists every module a real `vrag` process imports)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vrag_compress.cli import app
+
+pytestmark = pytest.mark.slow  # builds an index, then runs `vrag` processes
+
+HEAVY = {"torch", "transformers", "colpali_engine", "fastapi", "llama_index", "langchain_core"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("startup") / "idx"
+    pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+    args = ["index", str(pdf), "--index", str(path), "--model", "tiny-colqwen2", "--ocr", "never"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def imports_of(*args: str | Path) -> tuple[set[str], str]:
+    """Every module one `python -m vrag_compress ARGS` process imports, and its stdout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "vrag_compress", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+    return imported, done.stdout
+
+
+def heavy_imports(*args: str | Path) -> set[str]:
+    """The heavy top-level packages one `python -m vrag_compress ARGS` process imports."""
+    packages = {name.split(".")[0] for name in imports_of(*args)[0]}
+    return packages & HEAVY | {name for name in packages if name.startswith("langchain")}
+
+
+def test_version_answers_before_loading_the_commands():
+    from vrag_compress.version import __version__
+
+    imported, stdout = imports_of("--version")
+    assert stdout == f"vrag {__version__}\n"
+    assert "numpy" not in imported and "vrag_compress.cli.index" not in imported
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--version"],
+        ["--help"],
+        ["info", "INDEX"],
+        ["verify", "INDEX"],
+        ["search", "INDEX", "the court heard argument", "--mode", "text", "--json"],
+        ["delete", "COPY", "scotus-transcript-p1.pdf", "--json"],
+    ],
+    ids=lambda c: " ".join(c[:1] + c[3:4] + c[4:5]),
+)
+def test_commands_that_encode_nothing_import_no_model_or_framework(
+    command: list[str], index_dir: Path, tmp_path: Path
+):
+    copy = tmp_path / "copy"
+    shutil.copytree(index_dir, copy)
+    args = [{"INDEX": index_dir, "COPY": copy}.get(a, a) for a in command]
+    assert heavy_imports(*args) == set()
+
+
+def test_a_visual_search_does_import_the_model(index_dir: Path):
+    """The check above can fail: a query that must be encoded loads torch and transformers."""
+    assert {"torch", "transformers"} <= heavy_imports(
+        "search", index_dir, "argument", "--mode", "exact", "--json"
+    )
