@@ -31,11 +31,11 @@ from vrag_compress.cli.options import (
     snippet,
 )
 from vrag_compress.defaults import (
+    COMMAND_MODEL,
     DEFAULT_BATCH_SIZE,
     DEFAULT_DPI,
     DEFAULT_IMAGE_MAX_SIDE,
     DEFAULT_METHOD,
-    DEFAULT_MODEL,
     DEFAULT_RATIO,
     DEFAULT_RENDERER,
     RENDERERS,
@@ -114,7 +114,7 @@ def index(
     ),
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
-        DEFAULT_MODEL,
+        COMMAND_MODEL,
         help="Hub id or local folder of a Col* model; minilm (real offline encoder of the page "
         "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
         "tiny-colpali (random, tests only).",
