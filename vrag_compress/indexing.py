@@ -209,7 +209,10 @@ class Indexer:
     def no_tokens_reason(self) -> str:
         """Why a page has no vectors: no visual tokens, or no text for a text encoder."""
         if isinstance(self._encoder(), ReadsPageText):
-            return f"no text on this page (text layer or OCR) for the text encoder {self.model_id}"
+            return (
+                f"no text on this page (text layer or OCR): the text encoder {self.model_id} "
+                "reads page text, not pixels"
+            )
         return "the encoder produced no visual tokens"
 
     # ----------------------------------------------------------------- files and Page lists
@@ -468,9 +471,7 @@ class Indexer:
             encodings, compressed = self.encode(pages[chunk])
             empty = [i for i, e in zip(ids[chunk], encodings, strict=True) if e.n_tokens == 0]
             if empty:
-                raise NoVisualTokensError(
-                    f"the encoder produced no visual tokens for pages {empty}"
-                )
+                raise NoVisualTokensError(f"pages {empty}: {self.no_tokens_reason()}")
             records = [
                 self.page_record(page, encoding, packed, metadata=meta, page_id=pid)
                 for page, encoding, packed, meta, pid in zip(

@@ -41,6 +41,7 @@ from vrag_compress.defaults import (
     RENDERERS,
 )
 from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.progress import counted
 
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
@@ -203,8 +204,10 @@ def index(
         raise typer.BadParameter(
             f"no such file or folder: {', '.join(missing)}", param_hint="PATHS"
         )
+    fresh_folder = store is None and not index_dir.exists()
     try:
         if VisualIndex.exists(index_dir):
+            fresh_folder = False
             given = _explicit(ctx, "model") and model != "auto"
             vindex = VisualIndex.open(
                 index_dir, model=model if given else None, device=device, store=store
@@ -245,6 +248,7 @@ def index(
                 if _disk_full(error):
                     _stopped_by_full_disk(vindex, vindex.store.count() - before, json_out)
                 raise
+            left_empty = vindex.store.count() == 0
     except typer.Exit:
         raise
     except ModelNotFoundError as error:
@@ -254,10 +258,15 @@ def index(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:  # surface any pipeline failure as one clear line
         fail(f"{type(error).__name__}: {error}")
+    removed = bool(fresh_folder and report.failures and left_empty)
+    if removed:  # every file failed: a first run leaves no empty index behind
+        shutil.rmtree(index_dir)
     if json_out:
-        emit_json({"index": str(index_dir), **report.to_dict()})
+        emit_json({"index": str(index_dir), **report.to_dict(), "index_created": not removed})
     else:
         _print_report(report)
+    if removed:
+        err.print(f"nothing could be indexed, so no index was created at {index_dir}")
     if report.failures:
         raise typer.Exit(EXIT_PARTIAL)
 
@@ -359,9 +368,10 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
 
 def _print_report(report: Any) -> None:
     out.print(
-        f"indexed {report.pages_indexed} pages from {len(report.documents_indexed)} documents, "
-        f"skipped {len(report.documents_skipped)} unchanged documents "
-        f"({report.pages_skipped} pages) in {report.seconds:.1f}s",
+        f"indexed {counted(report.pages_indexed, 'page')} from "
+        f"{counted(len(report.documents_indexed), 'document')}, skipped "
+        f"{counted(len(report.documents_skipped), 'unchanged document')} "
+        f"({counted(report.pages_skipped, 'page')}) in {report.seconds:.1f}s",
         soft_wrap=True,  # one line however narrow the terminal (scripts read it)
     )
     for failure in report.failures:
