@@ -19,7 +19,7 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
-def task_progress(console: Console | None = None) -> Progress:
+def task_progress(console: Console | None = None, *, disable: bool = False) -> Progress:
     """A bar per task: description, bar, done/total and elapsed time, on stderr by default
     (stdout stays the command's report)."""
     return Progress(
@@ -28,6 +28,7 @@ def task_progress(console: Console | None = None) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console or Console(stderr=True),
+        disable=disable,
     )
 
 
