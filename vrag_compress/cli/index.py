@@ -41,6 +41,7 @@ from vrag_compress.defaults import (
     RENDERERS,
 )
 from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.progress import counted
 
 EXIT_FAILED = 1
@@ -478,7 +479,7 @@ def search(
             "--fts-syntax reads the query of --mode text or hybrid", param_hint="--fts-syntax"
         )
     if not query.strip():
-        raise typer.BadParameter("the query is empty", param_hint="QUERY")
+        raise typer.BadParameter(EMPTY_QUERY, param_hint="QUERY")
     where = parse_filter(filter)
     from vrag_compress.store.filters import FilterError
 
