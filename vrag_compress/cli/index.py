@@ -205,6 +205,7 @@ def index(
         raise typer.BadParameter(
             f"no such file or folder: {', '.join(missing)}", param_hint="PATHS"
         )
+    _require_extras(store, renderer)
     fresh_folder = store is None and not index_dir.exists()
     try:
         if VisualIndex.exists(index_dir):
@@ -270,6 +271,21 @@ def index(
         err.print(f"nothing could be indexed, so no index was created at {index_dir}")
     if report.failures:
         raise typer.Exit(EXIT_PARTIAL)
+
+
+def _require_extras(store: str | None, renderer: str) -> None:
+    """The optional packages `--store URL` and `--renderer pdf2image` need, checked before any
+    model loads: a missing one is one line naming the extra (exit 1), not a failure per file."""
+    from vrag_compress.extras import missing_dependency_message
+    from vrag_compress.store.open import is_store_url
+
+    try:
+        if store is not None and is_store_url(store):
+            import vrag_compress.store.qdrant  # noqa: F401
+        if renderer == "pdf2image":
+            import pdf2image  # noqa: F401
+    except ImportError as error:
+        fail(missing_dependency_message(error))
 
 
 def _interrupted(vindex: Any, committed: int) -> None:
