@@ -28,6 +28,7 @@ from vrag_compress.ingest import (
     display_path,
     iter_documents,
     open_document,
+    with_title,
 )
 from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
@@ -200,7 +201,8 @@ class Indexer:
         if isinstance(encoder, ReadsPageText):
             if texts is None:
                 texts = [p.text for p in pages]
-            encodings = encoder.encode_page_texts(list(texts), with_stats=stats)
+            titled = [with_title(p.title, t) for p, t in zip(pages, texts, strict=True)]
+            encodings = encoder.encode_page_texts(titled, with_stats=stats)
         else:
             encodings = encoder.encode_pages([p.image for p in pages], with_stats=stats)
         compressed = compressor.compress_many([e for e in encodings if e.n_tokens > 0])
