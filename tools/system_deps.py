@@ -109,9 +109,7 @@ def explain(missing: list[Requirement]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--list", type=Path, action="append", help="package list file (repeatable)"
-    )
+    parser.add_argument("--list", type=Path, action="append", help="package list file (repeatable)")
     parser.add_argument(
         "--tests", action="store_true", help=f"also {TEST_LIST.name} (what `make test` needs)"
     )
