@@ -9,12 +9,17 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast lint typecheck system-deps
+.PHONY: install demo test test-fast lint typecheck system-deps system-deps-test
 
-# Debian packages the demo and tests need (tools/system-packages.txt): installed with apt-get as
-# root or with sudo; otherwise the exact install command is printed and make stops.
+# Debian packages the demo needs (tools/system-packages.txt: poppler-utils, libgl1, libglib2.0-0)
+# and, for the tests only, a headless browser (tools/system-packages-test.txt: chromium,
+# chromium-driver): installed with apt-get as root or with sudo; otherwise the exact install
+# command is printed and make stops.
 system-deps:
 	$(PYTHON) tools/system_deps.py
+
+system-deps-test:
+	$(PYTHON) tools/system_deps.py --tests
 
 install: system-deps $(VENV)/.installed
 
@@ -44,7 +49,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # The CI command: lint, type check, then every test (the slow end-to-end ones included).
-test: lint typecheck
+test: system-deps-test lint typecheck
 	$(BIN)/python -m pytest -q
 
 # The quick loop while changing code: lint, then the suite without the tests marked `slow`.

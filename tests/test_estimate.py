@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from vrag_compress.cli import app
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.estimate import (
+    MIN_PAGES_TO_RECOMMEND,
     EstimateError,
     PseudoQueries,
     cloze_split,
@@ -144,13 +145,22 @@ def test_identity_keeps_everything_and_random_at_small_ratios_loses():
 def test_the_recommendation_is_the_smallest_budget_that_keeps_the_target():
     pseudo = token_span_queries(pages(2), np.random.default_rng(2))
     result = estimate_pages(pseudo, ["identity", "random"], [0.5, 0.25])
-    line = result.recommend(0.5)
+    line = result.recommend(0.5, min_pages=2)
     assert line.startswith("keep >= 0.5: use ")
     reached = [r for r in result.rows if r.estimated >= 0.5]
     best = min(reached, key=lambda r: r.tokens_per_page)
     assert f"{best.method} at {best.ratio:g}" in line
-    assert "no method and ratio tried reaches it" in result.recommend(1.01)
+    assert "no method and ratio tried reaches it" in result.recommend(1.01, min_pages=2)
     assert json.loads(result.to_json())["recommendation"] == result.recommend()
+
+
+def test_a_small_sample_recommends_nothing_and_says_why():
+    pseudo = token_span_queries(pages(4), np.random.default_rng(2))
+    result = estimate_pages(pseudo, ["identity", "random"], [0.5, 0.25])
+    line = result.recommend(0.5)
+    assert result.n_pages < MIN_PAGES_TO_RECOMMEND
+    assert "no recommendation from" in line and "use " not in line
+    assert json.loads(result.to_json(0.5))["recommends"] is False
 
 
 def test_too_few_pages_is_a_clear_error():
@@ -169,16 +179,17 @@ def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return path
 
 
-def test_estimate_runs_on_an_index(tiny_index: Path, tmp_path: Path):
-    out = tmp_path / "est.json"
-    code = runner.invoke(
-        app,
-        ["estimate", str(tiny_index), "--ratios", "0.25,0.1", "--methods", "sap,random"]
-        + ["--json", str(out)],
-    )
+def test_estimate_runs_on_an_index(tiny_index: Path):
+    args = ["estimate", str(tiny_index), "--ratios", "0.25,0.1", "--methods", "sap,random"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    assert "estimated retention" in table.stdout and "keep >= 0.97:" in table.stdout
+    assert "no recommendation from 10 sampled pages" in table.stdout  # 10 pages: too few
+    assert "estimate: random @ 0.1" in table.stderr  # the progress bar's last step
+    code = runner.invoke(app, [*args, "--json"])  # like every other command: JSON on stdout
     assert code.exit_code == 0, code.output
-    assert "estimated retention" in code.output and "keep >= 0.97:" in code.output
-    data = json.loads(out.read_text())
+    data = json.loads(code.stdout)
+    assert data["recommends"] is False and "estimate:" not in code.stderr
     assert [(r["method"], r["ratio"]) for r in data["rows"]] == [
         ("sap", 0.25),
         ("sap", 0.1),

@@ -1,9 +1,10 @@
 """Every code block of the README runs as written (the integration READMEs have their own tests).
 
 Substitutions are only what an offline test machine needs: the tiny offline ColQwen2 for the hub
-model (also where a line relies on the default model), a local Qdrant for the server URL, and a
-`reports/` folder holding a real 5-page PDF as `report.pdf`. Lines that need a chat model, a
-running server or a calibration set are named in `ELSEWHERE` with the test that covers them.
+model (a line without --model runs with the default, `auto`, as a user's would), a local Qdrant
+for the server URL, and a `reports/` folder holding a real 5-page PDF as `report.pdf`. Lines
+that need a chat model, a running server or a calibration set are named in `ELSEWHERE` with the
+test that covers them.
 """
 
 from __future__ import annotations
@@ -55,8 +56,6 @@ def commands(block: str, workdir: Path) -> list[list[str]]:
             words = words[len(command) + 1 :]
             assert command[0] == "vrag", line
             args = command[1:]
-            if args[0] == "index" and "--model" not in args:
-                args += ["--model", "tiny-colqwen2"]  # the default is the hub's ColQwen2
             found.append(args)
     return found
 

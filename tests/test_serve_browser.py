@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.bench.serve import serving
@@ -116,11 +117,11 @@ def test_search_shows_cards_and_a_click_shows_the_heatmap(server, browser):
     browser.find_element(By.ID, "q").send_keys("oral argument before the court")
     browser.find_element(By.ID, "search-button").click()
     cards = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#results .card"))
-    assert len(cards) == 6
+    assert len(cards) == 5  # k is 5 by default, as in every front end
     names = [c.find_element(By.CLASS_NAME, "name").text for c in cards]
     assert any(HOSTILE in name for name in names)  # shown as text, not turned into an element
     assert browser.execute_script("return window.pwned === undefined")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#results img")) == 6  # thumbnails only
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#results img")) == 5  # thumbnails only
     wait(
         browser,
         lambda d: all(
@@ -221,3 +222,84 @@ def test_ask_box_streams_the_answer_and_links_cited_regions(server, served_index
         )
         assert painted_pixels(browser) > 0  # the heatmap and the cited region are drawn
         shot(browser, "6-cited-region")
+
+
+def requested(driver: webdriver.Chrome, path: str) -> list[str]:
+    """The URLs the page fetched under ``path`` (the browser's resource timing entries)."""
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(n => n.includes(arguments[0]))",
+        path,
+    )
+
+
+def search_in_mode(driver: webdriver.Chrome, mode: str, alpha: str = "") -> list:
+    driver.execute_script("performance.clearResourceTimings()")
+    Select(driver.find_element(By.ID, "mode")).select_by_value(mode)
+    alpha_box = driver.find_element(By.ID, "alpha")
+    assert alpha_box.is_displayed() == (mode == "hybrid")  # alpha weighs hybrid's two sides
+    if alpha:
+        alpha_box.clear()
+        alpha_box.send_keys(alpha)
+    driver.find_element(By.ID, "search-button").click()
+    wait(driver, lambda d: "for \u201c" in d.find_element(By.ID, "search-status").text)
+    return driver.find_elements(By.CSS_SELECTOR, "#results .card")
+
+
+def test_hybrid_and_text_modes_search_with_alpha(server, browser):
+    browser.get(server + "/")
+    browser.find_element(By.ID, "q").send_keys("oral argument")
+    assert search_in_mode(browser, "hybrid", alpha="0.5")
+    (url,) = requested(browser, "/api/search?")
+    assert "mode=hybrid" in url and "alpha=0.5" in url
+    assert search_in_mode(browser, "text")
+    (url,) = requested(browser, "/api/search?")
+    assert "mode=text" in url and "alpha" not in url
+    assert "error" not in browser.find_element(By.ID, "search-status").get_attribute("class")
+
+
+def test_one_page_is_singular_and_a_delete_asks_first(server, browser):
+    browser.get(server + "/")
+    documents = browser.find_element(By.ID, "documents")
+    wait(browser, lambda d: "(1 page)" in documents.text)
+    assert "1 pages" not in documents.text and "1 pages" not in browser.page_source
+    count = len(documents.find_elements(By.CSS_SELECTOR, "li"))
+    documents.find_element(By.CSS_SELECTOR, "button.delete").click()
+    confirm = wait(browser, lambda d: d.switch_to.alert)
+    assert confirm.text.startswith("Delete ") and "cannot be undone" in confirm.text
+    confirm.dismiss()  # nothing is deleted
+    time.sleep(0.5)
+    assert len(documents.find_elements(By.CSS_SELECTOR, "li")) == count
+
+
+@pytest.mark.parametrize(("width", "name"), [(420, "phone"), (1280, "desktop")])
+def test_the_page_fits_phone_and_desktop_widths(server, browser, width, name):
+    browser.set_window_size(width, 900)
+    try:
+        browser.get(server + "/")
+        wait(browser, lambda d: "page" in d.find_element(By.ID, "index-info").text)
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#documents button.delete"))
+        shot(browser, f"6-{name}-{width}px")
+        inner = browser.execute_script("return window.innerWidth")
+        assert inner <= width
+        overflow = browser.execute_script(
+            "const h = document.querySelector('header');"
+            "return [document.documentElement.scrollWidth, h.scrollWidth, h.clientWidth,"
+            " ...[...h.children].map(c => c.getBoundingClientRect().right)]"
+        )
+        page_width, header_scroll, header_client, *rights = overflow
+        assert page_width <= inner and header_scroll <= header_client  # no sideways scrolling
+        assert max(rights) <= inner  # every header item inside the viewport
+        for button in browser.find_elements(By.CSS_SELECTOR, "#documents button.delete"):
+            lines = browser.execute_script(
+                "const b = arguments[0]; const s = getComputedStyle(b);"
+                "return (b.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom))"
+                " / (s.lineHeight === 'normal' ? parseFloat(s.fontSize) * 1.2"
+                " : parseFloat(s.lineHeight))",
+                button,
+            )
+            assert button.text == "delete" and lines < 1.6  # one line, not "dele / te"
+        png = browser.get_screenshot_as_png()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        browser.set_window_size(1400, 1000)

@@ -99,3 +99,35 @@ def test_a_malformed_list_is_refused(tmp_path: Path) -> None:
     result = _run("--list", str(listing))
     assert result.returncode == 2
     assert "list.txt:1" in result.stderr
+
+
+def test_the_demo_installs_no_browser_and_the_tests_do() -> None:
+    demo = {r.package for r in deps.read_list(deps.DEFAULT_LIST)}
+    tests = {r.package for r in deps.read_list(deps.TEST_LIST)}
+    assert {"chromium", "chromium-driver"} <= tests and not {"chromium", "chromium-driver"} & demo
+
+
+def _make_dry_run(target: str) -> str:
+    # -n prints the recipes without running them; -B as if nothing were built yet
+    run = subprocess.run(
+        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_make_demo_installs_the_demo_packages_and_make_test_the_browser_too() -> None:
+    demo = [line for line in _make_dry_run("demo").splitlines() if "system_deps.py" in line]
+    assert demo and all("--tests" not in line for line in demo)
+    test = [line for line in _make_dry_run("test").splitlines() if "system_deps.py" in line]
+    assert any("--tests" in line for line in test)
+
+
+def test_the_tests_flag_plans_both_lists(tmp_path: Path) -> None:
+    run = _run("--tests", "--dry-run")
+    assert run.returncode in (0, 1), run.stderr
+    listed = run.stdout + run.stderr
+    if "all" in run.stdout and "present" in run.stdout:  # this machine has them all
+        assert f"all {len(deps.read_list(deps.DEFAULT_LIST)) + 2} present" in run.stdout
+    else:
+        assert "chromium" in listed

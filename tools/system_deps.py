@@ -6,7 +6,8 @@ otherwise (or without apt-get) it prints exactly what to install and exits 1.
 
     python3 tools/system_deps.py              # check and install what is missing
     python3 tools/system_deps.py --dry-run    # print the commands instead of running them
-    python3 tools/system_deps.py --list FILE  # another package list (same format)
+    python3 tools/system_deps.py --list FILE  # another package list (same format; repeatable)
+    python3 tools/system_deps.py --tests      # the demo's packages and the tests' (a browser)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_LIST = Path(__file__).with_name("system-packages.txt")
+TEST_LIST = Path(__file__).with_name("system-packages-test.txt")
 LIB_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib")
 
 
@@ -107,11 +109,15 @@ def explain(missing: list[Requirement]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--list", type=Path, default=DEFAULT_LIST, help="package list file")
+    parser.add_argument("--list", type=Path, action="append", help="package list file (repeatable)")
+    parser.add_argument(
+        "--tests", action="store_true", help=f"also {TEST_LIST.name} (what `make test` needs)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print, do not install")
     args = parser.parse_args(argv)
+    lists = (args.list or [DEFAULT_LIST]) + ([TEST_LIST] if args.tests else [])
     try:
-        requirements = read_list(args.list)
+        requirements = [r for path in lists for r in read_list(path)]
     except (OSError, ListError) as error:
         print(f"system_deps: {error}", file=sys.stderr)
         return 2

@@ -9,6 +9,11 @@ unconditionally; defining those two operator schemas before torchvision is impor
 import with its compiled ops disabled. The image transforms (all this package uses) work; the
 detection ops raise when called.
 
+This is the normal state of an install made as the README says: PyPI carries the CPU torch
+pinned in ``constraints.txt`` but only the CUDA build of the matching torchvision (the CPU one lives
+on download.pytorch.org). Nothing here calls a torchvision C++ op, so the fix is logged at DEBUG
+level, not as a warning every command would print.
+
 On a machine where torchvision matches torch the extension loads and this module does nothing.
 Import it (``import vrag_compress.compat``) before anything that imports transformers.
 """
@@ -72,7 +77,7 @@ def torchvision_ops_broken() -> bool:
 def ensure_torchvision_importable() -> bool:
     """Define the missing torchvision operator schemas when needed; returns whether it acted.
 
-    Idempotent and cheap after the first call; logs one warning when the fix is active.
+    Idempotent and cheap after the first call; logs one DEBUG line when the fix is active.
     """
     if _state["checked"]:
         return _state["active"]
@@ -85,11 +90,10 @@ def ensure_torchvision_importable() -> bool:
         if not _has_op(name):
             torch.library.define(f"torchvision::{name}", _SCHEMA)
     _state["active"] = True
-    logger.warning(
+    logger.debug(
         "torchvision's compiled ops do not match this torch (CPU torch with a CUDA torchvision "
-        "build?); running with torchvision's C++ ops disabled. Image transforms work; "
-        "torchvision.ops detection functions will raise. Install a torchvision built for this "
-        "torch to silence this."
+        "build); running with torchvision's C++ ops disabled. Image transforms work; "
+        "torchvision.ops detection functions will raise."
     )
     return True
 

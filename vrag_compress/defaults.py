@@ -7,6 +7,9 @@ the values an index was actually created with.
 from __future__ import annotations
 
 DEFAULT_MODEL = "vidore/colqwen2-v1.0"
+COMMAND_MODEL = "auto"
+"""What `vrag index`, `vrag serve` and `make demo` create a new index with: the best Col* checkpoint
+that loads here, else the offline MiniLM page-text encoder (so the commands work offline)."""
 DEFAULT_METHOD = "sap"
 DEFAULT_RATIO = 0.1
 DEFAULT_BATCH_SIZE = 4

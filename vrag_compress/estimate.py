@@ -57,6 +57,10 @@ SPAN_TOKENS = 12
 TOP = 10
 DEFAULT_NEIGHBOURS = 5
 BOOTSTRAP = 1000
+MIN_PAGES_TO_RECOMMEND = 100
+"""Below this many sampled pages nothing is recommended. The 90% intervals shrink as 1/sqrt(pages)
+(0.05-0.13 wide at 400 Cranfield pages, docs/retention.md), so under 100 pages they are wider than
+the gaps between methods that a recommendation chooses by, and an estimate can pass 1 by chance."""
 
 Progress = Callable[[str], None]
 
@@ -101,8 +105,15 @@ class RetentionEstimate:
     notes: list[str] = field(default_factory=list)
     fallback_queries: int = 0
 
-    def recommend(self, target: float = 0.97) -> str:
-        """The smallest ratio (then the best method) whose estimate keeps ``target``."""
+    def recommend(self, target: float = 0.97, min_pages: int = MIN_PAGES_TO_RECOMMEND) -> str:
+        """The smallest ratio (then the best method) whose estimate keeps ``target``; nothing
+        on fewer than ``min_pages`` sampled pages, where the intervals cannot tell them apart."""
+        if self.n_pages < min_pages:
+            return (
+                f"keep >= {target:g}: no recommendation from {self.n_pages} sampled pages; "
+                f"below {min_pages} the estimates' intervals are too wide to choose a method by "
+                "(the table is indicative only: index more pages, or raise --sample)"
+            )
         fits = [r for r in self.rows if r.estimated >= target]
         if not fits:
             best = max(self.rows, key=lambda r: (r.estimated, r.ratio))
@@ -119,6 +130,7 @@ class RetentionEstimate:
     def to_dict(self, target: float = 0.97) -> dict[str, Any]:
         out = asdict(self)
         out["recommendation"] = self.recommend(target)
+        out["recommends"] = self.n_pages >= MIN_PAGES_TO_RECOMMEND
         out["target"] = target
         return out
 
@@ -548,6 +560,8 @@ def _estimate_encoded(
         pseudo = image_queries(
             [pages[i] for i in usable], [texts[i] for i in usable], encoder, plan.seed, plan.queries
         )
+    if plan.progress:
+        plan.progress(f"encoded {len(pseudo.pages)} sampled pages")
     return estimate_pages(
         pseudo,
         plan.methods,

@@ -303,7 +303,7 @@ class VisualIndex:
         The vectors come from `store` when given (a URL or store folder), else from the store
         the folder points at, else from the embedded store inside the folder."""
         path = Path(path)
-        if not path.exists():
+        if not path.exists() or (store is None and not cls.exists(path)):
             raise VisualIndexError(
                 f"{path}: no index here (create one with `vrag index ... --index {path}`)"
             )

@@ -28,6 +28,7 @@ from vrag_compress.ingest import (
     display_path,
     iter_documents,
     open_document,
+    with_title,
 )
 from vrag_compress.ocr import PageOcr, PageText
 from vrag_compress.page_assets import PageAssets
@@ -200,7 +201,8 @@ class Indexer:
         if isinstance(encoder, ReadsPageText):
             if texts is None:
                 texts = [p.text for p in pages]
-            encodings = encoder.encode_page_texts(list(texts), with_stats=stats)
+            titled = [with_title(p.title, t) for p, t in zip(pages, texts, strict=True)]
+            encodings = encoder.encode_page_texts(titled, with_stats=stats)
         else:
             encodings = encoder.encode_pages([p.image for p in pages], with_stats=stats)
         compressed = compressor.compress_many([e for e in encodings if e.n_tokens > 0])
@@ -209,7 +211,10 @@ class Indexer:
     def no_tokens_reason(self) -> str:
         """Why a page has no vectors: no visual tokens, or no text for a text encoder."""
         if isinstance(self._encoder(), ReadsPageText):
-            return f"no text on this page (text layer or OCR) for the text encoder {self.model_id}"
+            return (
+                f"no text on this page (text layer or OCR): the text encoder {self.model_id} "
+                "reads page text, not pixels"
+            )
         return "the encoder produced no visual tokens"
 
     # ----------------------------------------------------------------- files and Page lists
@@ -468,9 +473,7 @@ class Indexer:
             encodings, compressed = self.encode(pages[chunk])
             empty = [i for i, e in zip(ids[chunk], encodings, strict=True) if e.n_tokens == 0]
             if empty:
-                raise NoVisualTokensError(
-                    f"the encoder produced no visual tokens for pages {empty}"
-                )
+                raise NoVisualTokensError(f"pages {empty}: {self.no_tokens_reason()}")
             records = [
                 self.page_record(page, encoding, packed, metadata=meta, page_id=pid)
                 for page, encoding, packed, meta, pid in zip(

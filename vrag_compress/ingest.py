@@ -150,6 +150,9 @@ class Page:
     text: str | None
     source: Path
     dpi: float | None = None
+    title: str | None = None
+    """The document's name (`document_title`). Text encoders read it ahead of the page text, so
+    table pages and pages without a heading are found by what their document is called."""
 
     @property
     def width(self) -> int:
@@ -179,6 +182,26 @@ def page_id(doc_id: str, page_no: int) -> str:
     return f"{doc_id}:{page_no}"
 
 
+def document_title(source: Path, metadata_title: str | None = None) -> str:
+    """What a document is called: its PDF Title when that reads as words (not an empty field or
+    a file name such as ``10811.exe``), then its file name with separators as spaces
+    (``nics-background-checks-2015-11.pdf`` -> ``nics background checks 2015 11``)."""
+    name = " ".join(part for part in re.split(r"[-_.\s]+", source.stem) if part)
+    title = " ".join((metadata_title or "").split())
+    reads_as_words = len(re.findall(r"[^\W\d_]{2,}", title)) >= 2
+    file_like = re.search(r"\.[A-Za-z0-9]{2,4}$", title) is not None
+    if reads_as_words and not file_like and title.lower() != name.lower():
+        return f"{title}. {name}"
+    return name
+
+
+def with_title(title: str | None, text: str | None) -> str | None:
+    """``text`` behind ``title`` on its own line; None or blank text stays as it is."""
+    if not text or not text.strip() or not title:
+        return text
+    return f"{title}\n{text}"
+
+
 class Document:
     """An opened, validated file whose pages render lazily, one at a time.
 
@@ -193,6 +216,7 @@ class Document:
         self.content_hash = content_hash
         self.n_pages = n_pages
         self.closed = False
+        self.title = document_title(source)
 
     def page(self, page_no: int) -> Page:
         """Render one page (1-based)."""
@@ -236,6 +260,14 @@ class Document:
         raise NotImplementedError
 
 
+def _metadata_title(pdf: pdfium.PdfDocument) -> str | None:
+    """The PDF's Title field; None when it cannot be read (a damaged info dictionary)."""
+    try:
+        return pdf.get_metadata_value("Title") or None
+    except Exception:  # noqa: BLE001 (metadata is optional: never fail a document on it)
+        return None
+
+
 class PdfDocument(Document):
     """A PDF held open by PDFium; each page is loaded, rendered and released on its own."""
 
@@ -257,6 +289,7 @@ class PdfDocument(Document):
     ) -> None:
         super().__init__(source, doc_id, content_hash, len(pdf))
         self._pdf = pdf
+        self.title = document_title(source, _metadata_title(pdf))
         self.dpi = dpi
         self.renderer = renderer
         self.max_pixels = max_pixels
@@ -284,7 +317,9 @@ class PdfDocument(Document):
             ) from exc
         finally:
             page.close()
-        return Page(self.doc_id, page_no, image, text, self.source, dpi=scale * 72)
+        return Page(
+            self.doc_id, page_no, image, text, self.source, dpi=scale * 72, title=self.title
+        )
 
     def _check_page(self, page_no: int) -> None:
         """Refuse, before PDFium loads the page, a shape no encoder takes or a decompression
@@ -368,7 +403,7 @@ class ImageDocument(Document):
             raise CorruptImageError(
                 self.source, f"frame {page_no} cannot be decoded ({exc})"
             ) from exc
-        return Page(self.doc_id, page_no, image, None, self.source)
+        return Page(self.doc_id, page_no, image, None, self.source, title=self.title)
 
     def _close(self) -> None:
         self._image.close()

@@ -14,7 +14,12 @@ from rich.progress import (
 )
 
 
-def task_progress(console: Console | None = None) -> Progress:
+def counted(number: int, noun: str) -> str:
+    """`1 file`, `2 files`: a count with its noun in the right number."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def task_progress(console: Console | None = None, *, disable: bool = False) -> Progress:
     """A bar per task: description, bar, done/total and elapsed time, on stderr by default
     (stdout stays the command's report)."""
     return Progress(
@@ -23,6 +28,7 @@ def task_progress(console: Console | None = None) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console or Console(stderr=True),
+        disable=disable,
     )
 
 
@@ -53,12 +59,14 @@ class IndexProgress:
         self._progress.update(
             self._task,
             total=(task.total or 0) + pages,
-            description=f"{self._description} (discovering: {self._files:,} files)",
+            description=f"{self._description} (discovering: {counted(self._files, 'file')})",
         )
 
     def discovery_done(self) -> None:
         """Every file has been found: the total is final."""
-        self._progress.update(self._task, description=f"{self._description} {self._files:,} files")
+        self._progress.update(
+            self._task, description=f"{self._description} {counted(self._files, 'file')}"
+        )
 
     def advance(self, pages: int) -> None:
         self._progress.advance(self._task, pages)

@@ -6,6 +6,8 @@ Heavy imports (torch, transformers, faiss) happen inside the command functions.
 
 from __future__ import annotations
 
+import sys
+
 import vrag_compress.bench.capture  # noqa: F401  (importing registers the commands)
 import vrag_compress.bench.compress  # noqa: F401
 import vrag_compress.bench.encode  # noqa: F401
@@ -29,4 +31,12 @@ from vrag_compress.cli.app import app
 
 
 def main() -> None:
-    app()
+    """The `vrag` entry point: a missing optional dependency is one `error:` line and exit 1,
+    whichever command met it, never a traceback."""
+    try:
+        app()
+    except ImportError as error:
+        from vrag_compress.extras import missing_dependency_message
+
+        print(f"error: {missing_dependency_message(error)}", file=sys.stderr)
+        sys.exit(1)

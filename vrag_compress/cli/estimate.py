@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -10,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.progress import task_progress
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -90,10 +93,13 @@ def estimate(
         "'sentence' (a random sentence; runs low).",
     ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the result here."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print machine-readable JSON on stdout (no table, no progress)."
+    ),
 ) -> None:
     """Estimate, without labels, how much retrieval quality each method keeps at each ratio:
-    pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings."""
+    pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings. Below 100
+    sampled pages it shows the table but recommends nothing (the intervals are too wide)."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import ModelNotFoundError
     from vrag_compress.estimate import QUERY_KINDS, EstimateError, estimate_retention
@@ -109,17 +115,19 @@ def estimate(
     if not source.exists():
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
     try:
-        result = estimate_retention(
-            source,
-            methods=method_list,
-            ratios=ratio_list,
-            sample=sample,
-            seed=seed,
-            model=model,
-            device=device,
-            neighbours=neighbours,
-            queries=queries,
-        )
+        with _steps(len(method_list) * len(ratio_list) + 1, enabled=not json_out) as step:
+            result = estimate_retention(
+                source,
+                methods=method_list,
+                ratios=ratio_list,
+                sample=sample,
+                seed=seed,
+                model=model,
+                device=device,
+                neighbours=neighbours,
+                queries=queries,
+                progress=step,
+            )
     except (
         EstimateError,
         CompressionError,
@@ -129,8 +137,20 @@ def estimate(
     ) as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(1) from exc
-    print_estimate(result, target, out)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(result.to_json(target))
-        out.print(f"wrote {json_out}")
+    if json_out:
+        typer.echo(result.to_json(target))
+    else:
+        print_estimate(result, target, out)
+
+
+@contextmanager
+def _steps(total: int, *, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A bar on stderr over the estimate's steps (encoding the sample, then each method and
+    ratio), showing the step just done and the time so far; a no-op when not enabled."""
+    with task_progress(err, disable=not enabled) as bar:
+        task = bar.add_task("estimate: loading the model and encoding the sample", total=total)
+
+        def step(done: str) -> None:
+            bar.update(task, advance=1, description=f"estimate: {done}")
+
+        yield step

@@ -33,16 +33,18 @@ from vrag_compress.cli.options import (
     snippet,
 )
 from vrag_compress.defaults import (
+    COMMAND_MODEL,
     DEFAULT_BATCH_SIZE,
     DEFAULT_DPI,
     DEFAULT_IMAGE_MAX_SIDE,
     DEFAULT_METHOD,
-    DEFAULT_MODEL,
     DEFAULT_RATIO,
     DEFAULT_RENDERER,
     RENDERERS,
 )
 from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.messages import EMPTY_QUERY
+from vrag_compress.progress import counted
 
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
@@ -93,7 +95,7 @@ def index(
     ),
     index_dir: Path = typer.Option(..., "--index", "-i", help="Index folder (created if missing)."),
     model: str = typer.Option(
-        DEFAULT_MODEL,
+        COMMAND_MODEL,
         help="Hub id or local folder of a Col* model; minilm (real offline encoder of the page "
         "text); auto (the best Col* model available here, else minilm); tiny-colqwen2 / "
         "tiny-colpali (random, tests only); st:PATH_OR_ID (a Sentence Transformers "
@@ -183,8 +185,11 @@ def index(
         raise typer.BadParameter(
             f"no such file or folder: {', '.join(missing)}", param_hint="PATHS"
         )
+    _require_extras(store, renderer)
+    fresh_folder = store is None and not index_dir.exists()
     try:
         if VisualIndex.exists(index_dir):
+            fresh_folder = False
             given = _explicit(ctx, "model") and model != "auto"
             vindex = VisualIndex.open(
                 index_dir, model=model if given else None, device=device, store=store
@@ -225,6 +230,7 @@ def index(
                 if _disk_full(error):
                     _stopped_by_full_disk(vindex, vindex.store.count() - before, json_out)
                 raise
+            left_empty = vindex.store.count() == 0
     except typer.Exit:
         raise
     except ModelNotFoundError as error:
@@ -234,12 +240,32 @@ def index(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:  # surface any pipeline failure as one clear line
         fail(f"{type(error).__name__}: {error}")
+    removed = bool(fresh_folder and report.failures and left_empty)
+    if removed:  # every file failed: a first run leaves no empty index behind
+        shutil.rmtree(index_dir)
     if json_out:
-        emit_json({"index": str(index_dir), **report.to_dict()})
+        emit_json({"index": str(index_dir), **report.to_dict(), "index_created": not removed})
     else:
         _print_report(report)
+    if removed:
+        err.print(f"nothing could be indexed, so no index was created at {index_dir}")
     if report.failures:
         raise typer.Exit(EXIT_PARTIAL)
+
+
+def _require_extras(store: str | None, renderer: str) -> None:
+    """The optional packages `--store URL` and `--renderer pdf2image` need, checked before any
+    model loads: a missing one is one line naming the extra (exit 1), not a failure per file."""
+    from vrag_compress.extras import missing_dependency_message
+    from vrag_compress.store.open import is_store_url
+
+    try:
+        if store is not None and is_store_url(store):
+            import vrag_compress.store.qdrant  # noqa: F401
+        if renderer == "pdf2image":
+            import pdf2image  # noqa: F401
+    except ImportError as error:
+        fail(missing_dependency_message(error))
 
 
 def _interrupted(vindex: Any, committed: int) -> None:
@@ -339,9 +365,10 @@ def _warn_ignored(ctx: typer.Context, vindex: Any) -> None:
 
 def _print_report(report: Any) -> None:
     out.print(
-        f"indexed {report.pages_indexed} pages from {len(report.documents_indexed)} documents, "
-        f"skipped {len(report.documents_skipped)} unchanged documents "
-        f"({report.pages_skipped} pages) in {report.seconds:.1f}s",
+        f"indexed {counted(report.pages_indexed, 'page')} from "
+        f"{counted(len(report.documents_indexed), 'document')}, skipped "
+        f"{counted(len(report.documents_skipped), 'unchanged document')} "
+        f"({counted(report.pages_skipped, 'page')}) in {report.seconds:.1f}s",
         soft_wrap=True,  # one line however narrow the terminal (scripts read it)
     )
     for failure in report.failures:
@@ -448,7 +475,7 @@ def search(
             "--fts-syntax reads the query of --mode text or hybrid", param_hint="--fts-syntax"
         )
     if not query.strip():
-        raise typer.BadParameter("the query is empty", param_hint="QUERY")
+        raise typer.BadParameter(EMPTY_QUERY, param_hint="QUERY")
     where = parse_filter(filter)
     from vrag_compress.store import StoreError
     from vrag_compress.store.filters import FilterError

@@ -85,8 +85,22 @@ def get_compressor(name: str, **params: Any) -> Compressor:
     try:
         compressor: Compressor = cls(**params)
     except TypeError as exc:
-        raise CompressionError(f"{name}: bad parameters {sorted(params)}: {exc}") from exc
+        raise CompressionError(_bad_parameters(name, cls, params, exc)) from exc
     return compressor
+
+
+def _bad_parameters(name: str, cls: type, params: dict[str, Any], exc: TypeError) -> str:
+    """Name only the parameters `cls` does not take (not every one given), and what it takes."""
+    accepted = [
+        p.name
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    unknown = sorted(set(params) - set(accepted))
+    if not unknown:
+        return f"{name}: bad parameters: {exc}"
+    word = "parameter" if len(unknown) == 1 else "parameters"
+    return f"{name}: unknown {word} {', '.join(unknown)}; {name} takes {', '.join(accepted)}"
 
 
 def _merge_factor_to_ratio(name: str, params: dict[str, Any]) -> dict[str, Any]:

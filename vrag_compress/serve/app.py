@@ -36,6 +36,7 @@ from vrag_compress.answering import (
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndex, VisualIndexError
+from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.serve.guards import (
     RequestGuard,
     allowed_host_names,
@@ -218,11 +219,35 @@ def _add_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        parts = []
-        for problem in error.errors():
-            where = ".".join(str(p) for p in problem.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {problem.get('msg')}")
+        parts = [_in_cli_words(problem) for problem in error.errors()]
         return JSONResponse({"error": "; ".join(parts) or "bad request"}, status_code=422)
+
+
+def _check_query(field: str, query: str, k: int, max_k: int) -> None:
+    """A blank query is malformed (422, as an empty one); k over the server's limit is refused
+    (400): the same words and codes for search and ask."""
+    if not query.strip():
+        raise ApiError(422, f"{field}: {EMPTY_QUERY}")
+    if k > max_k:
+        raise ApiError(400, f"k={k} is over this server's limit of {max_k}")
+
+
+def _in_cli_words(problem: Any) -> str:
+    """One request problem as the CLI words it: numbers out of range or of the wrong type already
+    read the same (the CLI's options are checked by pydantic too); an empty query and a body
+    that is not JSON do not."""
+    kind = problem.get("type", "")
+    if kind == "json_invalid":
+        reason = problem.get("ctx", {}).get("error", "")
+        return f"the request body is not valid JSON ({reason})" if reason else "not valid JSON"
+    where = ".".join(str(p) for p in problem.get("loc", ()) if p not in ("body", "query"))
+    if kind == "string_too_short":
+        message = EMPTY_QUERY
+    elif kind == "missing":
+        message = "missing (required)"
+    else:
+        message = str(problem.get("msg", "bad value"))
+    return f"{where}: {message}" if where else message
 
 
 def _add_headers(app: FastAPI, config: ServeConfig) -> None:
@@ -334,8 +359,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
     ) -> dict[str, Any]:
         """Top-k pages; each hit as `vrag search --json` prints it (with regions, and with
         `components` in the text and hybrid modes)."""
-        if k > config.max_k:
-            raise ApiError(400, f"k={k} is over this server's limit of {config.max_k}")
+        _check_query("q", q, k, config.max_k)
         try:
             hits = server.reader.search(
                 q, k=k, filter=parse_user_filter(filter), mode=cast(SearchMode, mode), alpha=alpha
@@ -495,10 +519,7 @@ def _add_api(app: FastAPI, server: Server) -> None:
         if server.chat_model is None:
             raise ApiError(400, _no_llm_message())
         question, k, where = body.question, body.k, body.filter
-        if not question.strip():
-            raise ApiError(422, "question: a non-empty string is required")
-        if k > config.max_k:
-            raise ApiError(422, f"k: at most {config.max_k} on this server")
+        _check_query("question", question, k, config.max_k)
         try:
             hits = server.reader.search(question, k=k, filter=parse_user_filter(where))
         except (ValueError, EncoderLoadError, StoreError) as error:

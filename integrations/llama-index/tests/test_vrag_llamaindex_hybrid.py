@@ -129,3 +129,20 @@ def test_compressed_colpali_retriever_takes_the_query_mode(store):
         CompressedColPaliRetriever(store, vector_store_query_mode="mmr")
     with pytest.raises(ValueError, match="alpha"):
         CompressedColPaliRetriever(store, vector_store_query_mode="hybrid", alpha=3).retrieve("x")
+
+
+def test_an_index_built_from_nodes_keeps_search_components_through_our_retriever(
+    tmp_path, encoder, corpus_nodes
+):
+    # Built from nodes (as from_documents does), LlamaIndex keeps each image node in its
+    # docstore and its own retriever returns those copies; ours queries the store itself.
+    store = VragVectorStore.from_path(tmp_path / "index", compressor="identity", encoder=encoder)
+    storage = StorageContext.from_defaults(vector_store=store)
+    index = VectorStoreIndex(
+        corpus_nodes, storage_context=storage, embed_model=StoreSideEmbedding()
+    )
+    assert index.docstore.docs  # the copies LlamaIndex's own retriever would swap in
+    for mode in ("hybrid", "text_search"):
+        nodes = CompressedColPaliRetriever(index, vector_store_query_mode=mode).retrieve("storm")
+        assert nodes and all("search_components" in n.node.metadata for n in nodes), mode
+    store.close()

@@ -67,8 +67,19 @@ function setStatus(id, text, isError) {
 
 // ------------------------------------------------------------------------------ search
 
+function plural(count, noun) {
+  return count + " " + noun + (count === 1 ? "" : "s");
+}
+
+function showAlpha() {
+  $("alpha-label").hidden = $("mode").value !== "hybrid";
+}
+
 function searchParams() {
-  const params = new URLSearchParams({ q: $("q").value, k: $("k").value, mode: $("mode").value });
+  const mode = $("mode").value;
+  const params = new URLSearchParams({ q: $("q").value, k: $("k").value, mode: mode });
+  const alpha = $("alpha").value.trim();
+  if (mode === "hybrid" && alpha !== "") params.append("alpha", alpha);
   const filter = $("filter").value.trim();
   if (filter.startsWith("{")) params.append("filter", filter);
   else for (const pair of filter.split(/[,;]/).map((p) => p.trim()).filter(Boolean)) {
@@ -92,7 +103,7 @@ async function search(event) {
     setStatus("search-status", error.message, true);
     return;
   }
-  setStatus("search-status", body.hits.length + " pages for \u201c" + body.query + "\u201d");
+  setStatus("search-status", plural(body.hits.length, "page") + " for \u201c" + body.query + "\u201d");
   body.hits.forEach((hit, rank) => results.appendChild(card(hit, rank + 1)));
 }
 
@@ -286,8 +297,11 @@ async function refreshDocuments() {
     return;
   }
   list.replaceChildren(...body.documents.map((doc) => {
-    const remove = el("button", { type: "button", text: "delete" });
+    const label = doc.filename || doc.doc_id;
+    const remove = el("button", { type: "button", className: "delete", text: "delete" });
     remove.addEventListener("click", async () => {
+      if (!window.confirm("Delete " + label + " (" + plural(doc.n_pages || 0, "page") +
+        ") from the index? This cannot be undone.")) return;
       try {
         await api("/api/documents/" + encodeURIComponent(doc.doc_id), { method: "DELETE" });
         refreshDocuments();
@@ -296,7 +310,7 @@ async function refreshDocuments() {
         setStatus("upload-status", error.message, true);
       }
     });
-    const name = (doc.filename || doc.doc_id) + " (" + (doc.n_pages || 0) + " pages" +
+    const name = label + " (" + plural(doc.n_pages || 0, "page") +
       (doc.complete ? "" : ", incomplete") + ")";
     return el("li", { "data-doc-id": doc.doc_id }, [el("span", { text: name }), remove]);
   }));
@@ -371,8 +385,8 @@ async function refreshInfo() {
     return;
   }
   const info = state.info;
-  $("index-info").textContent = info.pages + " pages \u00b7 " + info.documents + " documents \u00b7 " +
-    info.model_id + " \u00b7 " + info.compressor;
+  $("index-info").textContent = plural(info.pages, "page") + " \u00b7 " +
+    plural(info.documents, "document") + " \u00b7 " + info.model_id + " \u00b7 " + info.compressor;
   $("ask-section").hidden = !info.server.llm;
 }
 
@@ -384,6 +398,8 @@ function start() {
     refreshDocuments();
   });
   $("search-form").addEventListener("submit", search);
+  $("mode").addEventListener("change", showAlpha);
+  showAlpha();
   $("ask-form").addEventListener("submit", ask);
   $("viewer-close").addEventListener("click", closeViewer);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeViewer(); });
