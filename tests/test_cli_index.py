@@ -205,7 +205,8 @@ def test_ask_without_llm_is_a_clear_error(cli_index: Path, monkeypatch: pytest.M
 def test_ask_without_the_langchain_integration_says_what_to_install(
     cli_index: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setitem(sys.modules, "langchain_vrag_compress", None)  # import fails
+    for module in ("langchain_vrag_compress", "langchain_vrag_compress.qa"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails, even if loaded before
     result = runner.invoke(app, ["ask", str(cli_index), "what?", "--llm", "fake:model"])
     assert result.exit_code == 1
     assert "vrag-compress[ask]" in result.stderr and "Traceback" not in result.stderr
