@@ -470,6 +470,7 @@ def search(
     if not query.strip():
         raise typer.BadParameter("the query is empty", param_hint="QUERY")
     where = parse_filter(filter)
+    from vrag_compress.store import StoreError
     from vrag_compress.store.filters import FilterError
 
     with open_index(index_dir, readonly=True, store=store) as vindex:
@@ -479,7 +480,7 @@ def search(
             )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
-        except (ValueError, EncoderLoadError) as error:
+        except (ValueError, EncoderLoadError, StoreError) as error:  # e.g. tantivy missing
             fail(str(error))
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
