@@ -29,11 +29,17 @@ Ranking = list[tuple[str, float]]  # (doc id, score), best first
 
 
 def bm25_rankings(
-    dataset: BeirDataset, doc_ids: Sequence[str], query_ids: Sequence[str], depth: int
+    dataset: BeirDataset,
+    doc_ids: Sequence[str],
+    query_ids: Sequence[str],
+    depth: int,
+    text_engine: str = "tantivy",
 ) -> dict[str, Ranking]:
-    """Each query's best ``depth`` documents by BM25 through a throwaway embedded store."""
+    """Each query's best ``depth`` documents by BM25 through a throwaway embedded store (its
+    text index: the tantivy engine, or ``text_engine="fts5"``)."""
     with tempfile.TemporaryDirectory(prefix="vrag-bm25-") as tmp:
-        with LocalStore.create(Path(tmp) / "s", {"dim": 1, "model_id": "bm25"}) as store:
+        config = {"dim": 1, "model_id": "bm25"}
+        with LocalStore.create(Path(tmp) / "s", config, text_engine=text_engine) as store:
             one = np.ones((1, 1), dtype=np.float32)
             for start in range(0, len(doc_ids), 1000):
                 chunk = doc_ids[start : start + 1000]
