@@ -281,3 +281,10 @@ def test_a_writer_killed_at_a_random_moment_leaves_text_and_pages_agreeing(store
         child.wait(timeout=60)
     assert child.returncode == -9, child.stderr.read().decode() if child.stderr else ""
     assert_text_agrees(store_path)
+
+
+def test_an_unknown_text_engine_is_refused_by_name(store_path):
+    from vrag_compress.store.validate import StoreInputError
+
+    with pytest.raises(StoreInputError, match="text_engine must be one of"):
+        LocalStore.open(store_path, readonly=True, text_engine="lucene")
