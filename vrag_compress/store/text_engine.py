@@ -149,7 +149,11 @@ class TextEngine:
         reopening the index (reader, after a writer's rebuild); None if it stays behind."""
         head = cat.text_log_head(conn)
         if self.writable:
-            self.catch_up()
+            try:
+                self.catch_up()
+            except (OSError, ValueError) as exc:  # the pages are committed: FTS5 answers
+                log.warning("text index %s did not catch up (%s); searching FTS5", self.path, exc)
+                return None
             return self._index.searcher()
         for attempt in range(2):
             index = self._open(reopen=attempt == 1)
@@ -194,7 +198,21 @@ class TextEngine:
 
     def _write(self, rows: list[tuple], replaced: list[int] | None, head: int) -> None:
         """One engine commit: drop the ``replaced`` pages' documents (None: every document),
-        add ``rows`` (pid, text) and the stamp ``head``."""
+        add ``rows`` (pid, text) and the stamp ``head``. A failure rolls the writer back, so a
+        retry cannot commit the same documents twice."""
+        try:
+            self._stage(rows, replaced, head)
+            self._writer.commit()
+        except BaseException:
+            try:
+                self._writer.rollback()
+            except Exception as exc:  # drop the writer: the next write opens a new one
+                log.warning("text index %s: rollback failed (%s)", self.path, exc)
+                self._writer = self._index = None
+            raise
+        self._index.reload()
+
+    def _stage(self, rows: list[tuple], replaced: list[int] | None, head: int) -> None:
         tv = _tantivy()
         writer = self._writer
         if replaced is None:
@@ -216,8 +234,6 @@ class TextEngine:
         stamp.add_unsigned("pid", STAMP_PID)
         stamp.add_unsigned("seq", head)
         writer.add_document(stamp)
-        writer.commit()
-        self._index.reload()
 
     def _open_for_writing(self) -> Any:
         """The index with its writer (created, or recreated when unreadable)."""
@@ -227,6 +243,8 @@ class TextEngine:
             index = self._open(create=True)
             self._writer = index.writer(WRITER_HEAP, 1)
         except (OSError, ValueError) as exc:  # damaged files: the index is derived, start over
+            if "LockBusy" in str(exc):  # another writer holds it: never delete under it
+                raise
             log.warning("text index %s unreadable (%s); rebuilding it", self.path, exc)
             self._index = None
             shutil.rmtree(self.path, ignore_errors=True)
