@@ -73,7 +73,7 @@ def test_retention_cli_hybrid_mode(shared_data: Path, tmp_path: Path):
     args += ["--window", "3", "--mode", "hybrid", "--json", str(out), "--hybrid-plot", str(png)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "BM25 (FTS5)" in res.output and "hybrid RRF" in res.output
+    assert "BM25 (store text mode)" in res.output and "hybrid RRF" in res.output
     hybrid = json.loads(out.read_text())["hybrid"]
     assert [r["visual"] for r in hybrid["rows"]] == ["uncompressed", "uot@0.1"]
     assert png.stat().st_size > 0

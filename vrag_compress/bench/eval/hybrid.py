@@ -1,7 +1,7 @@
 """Hybrid retrieval on a BEIR text corpus: BM25 alone, the late-interaction ranking alone, and
 their fusion, under the same queries, judgments and metrics as the retention benchmark.
 
-BM25 is the embedded store's own text index (SQLite FTS5, the tokenizer users get), and the
+BM25 is the embedded store's own text mode (tantivy, the tokenizer users get), and the
 fusion is the store's own (`vrag_compress.store.fusion`), each side fusing its best
 `HYBRID_DEPTH` candidates exactly as ``search(mode="hybrid")`` does; so the numbers measure
 what a user of ``--mode hybrid`` gets, with the MaxSim side as scored by the benchmark.
@@ -129,7 +129,7 @@ def print_hybrid_table(result: dict[str, Any], console) -> None:  # noqa: ANN001
             f"{m['mrr']:.4f}",
         )
 
-    add("BM25 (FTS5)", hybrid["bm25"])
+    add("BM25 (store text mode)", hybrid["bm25"])
     for row in hybrid["rows"]:
         add(row["visual"], row["visual_metrics"])
         rrf = row["fusions"][0]
@@ -146,7 +146,9 @@ def plot_hybrid(result: dict[str, Any], out_png: str | Path) -> Path:
 
     hybrid = result["hybrid"]
     fig, ax = new_figure((7, 4.5))
-    ax.axhline(hybrid["bm25"]["ndcg@10"], color="black", linestyle=":", label="BM25 (FTS5)")
+    ax.axhline(
+        hybrid["bm25"]["ndcg@10"], color="black", linestyle=":", label="BM25 (store text mode)"
+    )
     for i, row in enumerate(hybrid["rows"]):
         color = f"C{i}"
         points = [(f["alpha"], f["ndcg@10"]) for f in row["fusions"] if f["alpha"] is not None]
