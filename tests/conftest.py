@@ -17,14 +17,16 @@ from vrag_compress.testing import shared_data  # noqa: E402, F401
 @pytest.fixture
 def make_old() -> Callable[[Path], None]:
     """Turns a store folder into one written before text indexes (schema 1: no FTS table, no
-    triggers), as an index made by an older vrag_compress is."""
+    text change log, no triggers), as an index made by an older vrag_compress is."""
     from vrag_compress.store import catalog as cat
 
     def downgrade(path: Path) -> None:
         conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
-        for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
-            conn.execute(f"DROP TRIGGER {trigger}")
+        for kind in ("fts", "log"):
+            for event in ("insert", "delete", "update"):
+                conn.execute(f"DROP TRIGGER pages_{kind}_{event}")
         conn.execute("DROP TABLE pages_fts")
+        conn.execute("DROP TABLE text_log")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         cat.seal_meta(conn)
         conn.close()

@@ -93,7 +93,7 @@ def test_a_crashed_create_leaves_no_store_and_can_be_redone(tmp_path):
     assert not (path / cat.CATALOG_NAME).exists()
     with LocalStore.create(path, CONFIG) as store:  # was: "not an empty directory"
         store.add(pages(2))
-    assert sorted(p.name for p in path.iterdir()) == ["LOCK", cat.CATALOG_NAME, "segments"]
+    assert sorted(p.name for p in path.iterdir()) == ["LOCK", cat.CATALOG_NAME, "segments", "text"]
 
 
 def _create(path: str, barrier, results) -> None:

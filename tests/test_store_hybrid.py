@@ -351,9 +351,11 @@ def make_schema_2(path: Path) -> None:
     raw = [stmt.replace(f"{cat.NFKC_SQL}(new.text)", "new.text") for stmt in cat.FTS_STATEMENTS]
     raw = [stmt.replace(f"{cat.NFKC_SQL}(old.text)", "old.text") for stmt in raw]
     conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
-    for trigger in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update"):
-        conn.execute(f"DROP TRIGGER {trigger}")
+    for kind in ("fts", "log"):  # schema 2 had no text change log either
+        for event in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER pages_{kind}_{event}")
     conn.execute("DROP TABLE pages_fts")
+    conn.execute("DROP TABLE text_log")
     for stmt in raw:
         conn.execute(stmt)
     conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('rebuild')")

@@ -213,9 +213,17 @@ def test_a_store_that_predates_the_checksum_still_opens(small_store):
         small_store,
         *(
             f"DROP TRIGGER {t}"
-            for t in ("pages_fts_insert", "pages_fts_delete", "pages_fts_update")
+            for t in (
+                "pages_fts_insert",
+                "pages_fts_delete",
+                "pages_fts_update",
+                "pages_log_insert",
+                "pages_log_delete",
+                "pages_log_update",
+            )
         ),
         "DROP TABLE pages_fts",
+        "DROP TABLE text_log",
         NO_CRC,
         "UPDATE meta SET value = '1' WHERE key = 'schema_version'",
     )

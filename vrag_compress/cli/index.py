@@ -487,7 +487,7 @@ def search(
             )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
-        except (ValueError, EncoderLoadError, StoreError) as error:  # e.g. a damaged index
+        except (ValueError, EncoderLoadError, StoreError) as error:  # a damaged index, no tantivy
             fail(str(error))
     if json_out:
         emit_json({"query": query, "hits": [h.to_dict() for h in hits]})

@@ -32,7 +32,9 @@ from vrag_compress.version import __version__
 
 # 2: the FTS5 text index of page text (`pages_fts`), kept in step with `pages` by triggers.
 # 3: the text index holds the NFKC form of the page text ("ﬁ" -> "fi", full width -> ASCII).
-SCHEMA_VERSION = 3
+# 4: `text_log`, the page-text change log the BM25 engine (text_engine.py) catches up from, and
+#    invisible characters (soft hyphen, zero-width space) removed from the indexed text.
+SCHEMA_VERSION = 4
 CATALOG_NAME = "catalog.sqlite"
 
 # Unicode folding, case and diacritics insensitive ("Café" finds "cafe" and "CAFE"). unicode61
@@ -60,6 +62,22 @@ FTS_STATEMENTS = (
     f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.pid, {NFKC_SQL}(new.text)); END",
 )
 
+# The change log of page text: every insert, delete or text update of a page row appends its pid,
+# in the same transaction as the row (triggers). The BM25 engine (text_engine.py) is a derived
+# index stamped with the last `seq` it reflects; it catches up by re-reading the logged pages, so
+# a crash between the catalog commit and the engine's commit loses nothing. AUTOINCREMENT keeps
+# seq increasing even after `optimize` prunes the applied entries.
+TEXT_LOG_STATEMENTS = (
+    "CREATE TABLE IF NOT EXISTS text_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "pid INTEGER NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS pages_log_insert AFTER INSERT ON pages BEGIN "
+    "INSERT INTO text_log(pid) VALUES (new.pid); END",
+    "CREATE TRIGGER IF NOT EXISTS pages_log_delete AFTER DELETE ON pages BEGIN "
+    "INSERT INTO text_log(pid) VALUES (old.pid); END",
+    "CREATE TRIGGER IF NOT EXISTS pages_log_update AFTER UPDATE OF text ON pages BEGIN "
+    "INSERT INTO text_log(pid) VALUES (new.pid); END",
+)
+
 BASE_SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE documents(
@@ -76,7 +94,7 @@ CREATE INDEX pages_segment ON pages(segment_id, row_offset);
 CREATE TABLE tombstones(
     segment_id INTEGER NOT NULL, row_offset INTEGER NOT NULL, n_vectors INTEGER NOT NULL);
 """
-SCHEMA = BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in FTS_STATEMENTS)
+SCHEMA = BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in (*FTS_STATEMENTS, *TEXT_LOG_STATEMENTS))
 # Schema 2's text index held the raw page text (its triggers did not fold it).
 FTS_STATEMENTS_V2 = tuple(
     re.sub(rf"{NFKC_SQL}\(((?:new|old)\.text)\)", r"\1", s) for s in FTS_STATEMENTS
@@ -84,6 +102,8 @@ FTS_STATEMENTS_V2 = tuple(
 # The schema version from which every catalog carries the meta checksum (it came with schema 1,
 # so a schema 1 store may predate it; a later one never lacks it).
 META_CRC_SINCE = 2
+# The schema version from which the page-text change log exists.
+TEXT_LOG_SINCE = 4
 
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SQL_BATCH = 500  # ids per IN (...) list, well under SQLite's variable limit
@@ -124,9 +144,15 @@ def _connect(path: Path, mode: str, immutable: bool = False) -> sqlite3.Connecti
     return with_functions(conn)
 
 
+# Invisible characters that sit inside words (soft hyphen, zero-width space / joiners, word
+# joiner, BOM): removed before tokenizing, or "hyphen\u00adation" would be two words.
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
+
+
 def nfkc(text: str | None) -> str | None:
-    """The compatibility-folded form of ``text`` that the text index holds (and queries use)."""
-    return None if text is None else unicodedata.normalize("NFKC", text)
+    """The compatibility-folded form of ``text`` that the text index holds (and queries use),
+    without the invisible characters that would split a word."""
+    return None if text is None else unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
 
 
 def with_functions(conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -634,9 +660,10 @@ def schema_problems(conn: sqlite3.Connection) -> list[str]:
 def _expected_schema(version: int) -> dict[tuple[str, str], tuple[str, str]]:
     """``(type, name) -> (table, normalised SQL)`` of a fresh catalog of schema ``version``."""
     fts = {1: (), 2: FTS_STATEMENTS_V2}.get(version, FTS_STATEMENTS)
+    log = TEXT_LOG_STATEMENTS if version >= TEXT_LOG_SINCE else ()
     conn = with_functions(sqlite3.connect(":memory:"))
     try:
-        conn.executescript(BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in fts))
+        conn.executescript(BASE_SCHEMA + "".join(f"{stmt};\n" for stmt in (*fts, *log)))
         return _schema_objects(conn)
     finally:
         conn.close()
@@ -784,3 +811,53 @@ def text_index_problems(conn: sqlite3.Connection) -> list[str]:
         f"the text index {FTS_TABLE} does not match the page text ({terms} terms with other "
         f"counts, {len(set(rows))} page rows of another length{where}); `optimize` rebuilds it"
     ]
+
+
+# ----------------------------------------------------------------------------- text change log
+
+
+def has_text_log(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = 'text_log'"
+    ).fetchone()
+    return row is not None
+
+
+def create_text_log(conn: sqlite3.Connection) -> None:
+    """Add the change log and its triggers (inside the caller's write transaction)."""
+    for stmt in TEXT_LOG_STATEMENTS:
+        conn.execute(stmt)
+
+
+def text_log_head(conn: sqlite3.Connection) -> int:
+    """The last seq ever logged (0 before the first page write)."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'text_log'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def text_log_floor(conn: sqlite3.Connection) -> int:
+    """The seq up to which `optimize` pruned the log: an engine index stamped before it cannot
+    catch up and is rebuilt."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'text_log_floor'").fetchone()
+    return 0 if row is None else int(json.loads(row[0]))
+
+
+def logged_pids(conn: sqlite3.Connection, after: int, upto: int) -> list[int]:
+    """The pages whose text changed (added, replaced or deleted) in ``after < seq <= upto``."""
+    rows = conn.execute(
+        "SELECT DISTINCT pid FROM text_log WHERE seq > ? AND seq <= ? ORDER BY pid", (after, upto)
+    )
+    return [r[0] for r in rows]
+
+
+def prune_text_log(conn: sqlite3.Connection, upto: int) -> None:
+    """Drop the log entries up to ``upto`` (inside a write transaction; see `text_log_floor`)."""
+    conn.execute("DELETE FROM text_log WHERE seq <= ?", (upto,))
+    write_meta(conn, "text_log_floor", upto)
+
+
+def page_texts(conn: sqlite3.Connection, pids: Sequence[int] | None = None) -> list[tuple]:
+    """``(pid, text)`` of the given pages (absent ones skipped), or of every page."""
+    if pids is None:
+        return conn.execute("SELECT pid, text FROM pages ORDER BY pid").fetchall()
+    return pages_by_pid(conn, pids, "pid, text")

@@ -9,19 +9,23 @@ query is a clear `StoreInputError`, never an SQLite error.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vrag_compress.store import catalog as cat
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.validate import StoreInputError
+
+if TYPE_CHECKING:
+    from vrag_compress.store.text_engine import TextEngine
 
 # A run of letters or digits in any script: what the unicode61 tokenizer keeps as a token.
 _WORD = re.compile(r"[^\W_]+")
@@ -35,6 +39,11 @@ STOPWORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their "
     "then there these they this to was will with".split()
 )
+
+
+def query_terms(text: str) -> list[str]:
+    """The distinct folded terms a plain query searches for (as `terms` folds page text)."""
+    return list(dict.fromkeys(fold(w) for w in query_words(text)))
 
 
 def query_words(text: str) -> list[str]:
@@ -57,11 +66,14 @@ def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
 
 
 class LexicalIndex:
-    """BM25 top-k over a store's text index (or, for a reader of a catalog made before text
-    indexes, over a private temporary one (SQLite temp schema) rebuilt when the store changes)."""
+    """BM25 top-k over a store's page text: plain queries through the BM25 engine
+    (text_engine.py) while it is up to date, else (and for raw FTS5 syntax) through the
+    catalog's FTS5 index (or, for a reader of a catalog made before text indexes, a private
+    temporary one (SQLite temp schema) rebuilt when the store changes)."""
 
-    def __init__(self, ctx: StoreContext):
+    def __init__(self, ctx: StoreContext, engine: TextEngine):
         self.ctx = ctx
+        self.engine = engine
         self._temp_generation: int | None = None
 
     def search(
@@ -78,6 +90,11 @@ class LexicalIndex:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         with self.ctx.catalog.mutex:
             conn = self.ctx.catalog.connection()
+            if not fts_syntax:
+                with cat.translate_errors(self.ctx.catalog.path):
+                    hits = self._engine_search(conn, text, k, where)
+                if hits is not None:
+                    return hits
             with cat.translate_errors(self.ctx.catalog.path):
                 self._ensure_index(conn)
             try:
@@ -92,6 +109,21 @@ class LexicalIndex:
                 ) from None
         pids = np.array([r[0] for r in rows], dtype=np.int64)
         return pids, np.array([r[1] for r in rows], dtype=np.float64)
+
+    def _engine_search(
+        self,
+        conn: sqlite3.Connection,
+        text: str,
+        k: int,
+        where: tuple[str, Sequence[Any]] | None,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The engine's hits; None when it is off or behind (the FTS5 index answers)."""
+        if not self.engine.enabled(conn):
+            return None
+        allowed = None
+        if where is not None:
+            allowed = np.array(sorted(cat.filtered_pids(conn, *where)), dtype=np.int64)
+        return self.engine.search(conn, query_terms(text), k, allowed)
 
     def _ensure_index(self, conn: sqlite3.Connection) -> None:
         """Use the catalog's text index; a catalog without one, or whose index holds unfolded
@@ -115,11 +147,17 @@ SPARSE_AVG_WORDS = 256.0  # the typical page length the length normalisation ass
 
 
 def terms(text: str | None) -> list[str]:
-    """The words of ``text`` as the local text index sees them: NFKC-normalised as the indexed
-    text is ("ﬁ" -> "fi"), then each folded as the FTS5 tokenizer folds ("Café" -> "cafe")."""
-    return [fold(w) for w in _WORD.findall(cat.nfkc(text) or "")]
+    """The words of ``text`` as the local text indexes see them: NFKC-normalised as the indexed
+    text is ("ﬁ" -> "fi", soft hyphens and zero-width spaces removed), then each folded as the
+    FTS5 tokenizer folds ("Café" -> "cafe"). The one tokenizer of the BM25 engine, the Qdrant
+    sparse terms and the queries of both."""
+    normal = cat.nfkc(text) or ""
+    if normal.isascii():  # nothing to strip: lower case is the whole fold
+        return _WORD.findall(normal.lower())
+    return [fold(w) for w in _WORD.findall(normal)]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def fold(word: str) -> str:
     """Lower case without diacritics, as the unicode61 tokenizer folds ("Ünï" -> "uni"); the
     compatibility forms are folded before (`catalog.nfkc`), unicode61 does not fold them."""

@@ -55,6 +55,7 @@ from vrag_compress.store.context import StoreContext, StoreOptions
 from vrag_compress.store.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.search import Searcher
 from vrag_compress.store.snapshot import Snapshot, Snapshots
+from vrag_compress.store.text_engine import TextEngine, check_text_engine
 from vrag_compress.store.torch_scoring import TorchScorer, choose_device
 from vrag_compress.store.tuning import pseudo_queries
 from vrag_compress.store.validate import (
@@ -148,8 +149,10 @@ class LocalStore(MultiVectorStore):
         self._centroids = CentroidIndexes(self._ctx)
         self._snapshots = Snapshots(self._ctx, self._centroids.coded_tokens)
         self._writer = PageWriter(self._ctx, self._centroids)
-        self._searcher = Searcher(self._ctx, self._snapshots, self._centroids)
+        self._text = TextEngine(self._ctx, writable=not readonly)
+        self._searcher = Searcher(self._ctx, self._snapshots, self._centroids, self._text)
         try:
+            check_text_engine(options.text_engine)
             self._meta = cat.load_meta(self._ctx.catalog)
             self._ctx.dim = check_dim(self._meta["config"])
             self._ctx.set_config(self._meta["config"])
@@ -158,6 +161,7 @@ class LocalStore(MultiVectorStore):
                 self._upgrade_schema()
                 integrity.recover(self._ctx)
                 self._centroids.remove_orphans()
+                self._catch_up_text()
             if options.check_on_open:
                 integrity.check_on_open(self._ctx)
         except BaseException:
@@ -243,6 +247,7 @@ class LocalStore(MultiVectorStore):
         """Checkpoint the WAL (writers), close the catalog and release the writer lock."""
         self._centroids.close()  # waits for a background training to commit
         with self._ctx.catalog.mutex:
+            self._text.close()
             self._ctx.catalog.close()
             self._ctx.maps.clear()
             self._snapshots.invalidate()
@@ -262,9 +267,10 @@ class LocalStore(MultiVectorStore):
         if self._meta["schema_version"] >= cat.SCHEMA_VERSION:
             return
         with self._ctx.catalog.write() as conn:
-            if not cat.has_text_index(conn) or not cat.text_index_folds(conn):
-                n = cat.create_text_index(conn)
-                log.info("%s: built the text index of %d pages (schema upgrade)", self.root, n)
+            # schema 4 folds invisible characters away: the FTS5 index is rebuilt with them
+            n = cat.create_text_index(conn)
+            log.info("%s: built the text index of %d pages (schema upgrade)", self.root, n)
+            cat.create_text_log(conn)
             cat.write_meta(conn, "schema_version", cat.SCHEMA_VERSION)
         self._meta["schema_version"] = cat.SCHEMA_VERSION
 
@@ -309,11 +315,13 @@ class LocalStore(MultiVectorStore):
     def add(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
         """Store new pages (and upsert document rows) atomically; existing page ids are an error."""
         self._writer.write_pages(pages, documents, replace=False)
+        self._catch_up_text()
         self._train_if_due()
 
     def upsert(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
         """Like `add`, but pages whose id exists replace the stored ones."""
         self._writer.write_pages(pages, documents, replace=True)
+        self._catch_up_text()
         self._train_if_due()
 
     def put_document(self, doc: DocumentRecord) -> None:
@@ -322,7 +330,18 @@ class LocalStore(MultiVectorStore):
 
     def delete(self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None) -> int:
         """Delete a document's pages and its row, or the given pages; returns pages removed."""
-        return self._writer.delete(doc_id=doc_id, page_ids=page_ids)
+        removed = self._writer.delete(doc_id=doc_id, page_ids=page_ids)
+        self._catch_up_text()
+        return removed
+
+    def _catch_up_text(self) -> None:
+        """Bring the BM25 engine index up to the committed pages. The pages are committed
+        already: a failure here (tantivy missing, a full disk) is logged, and the index catches
+        up on the next write, open or text search (readers search FTS5 meanwhile)."""
+        try:
+            self._text.catch_up()
+        except (StoreError, OSError, ValueError) as exc:
+            log.warning("%s: the text index did not catch up (%s)", self.root, exc)
 
     def compact(self) -> None:
         """Rewrite live vectors into fresh segments, dropping deleted rows and torn tails."""
@@ -442,12 +461,17 @@ class LocalStore(MultiVectorStore):
             extra = self._centroids.verify(conn)
         except StoreCorruptError as exc:
             extra = [str(exc)]
+        extra += self._text.problems(conn)
         return extra + [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
 
     def rebuild_text_index(self) -> None:
-        """Re-index every page's text (repairs a text index that `verify` found out of step)."""
+        """Re-index every page's text, in FTS5 and in the BM25 engine (repairs a text index
+        that `verify` found out of step); the applied change log is pruned."""
         with self._ctx.catalog.write() as conn:
             cat.rebuild_text_index(conn)
+            if cat.has_text_log(conn):
+                cat.prune_text_log(conn, cat.text_log_head(conn))
+        self._text.rebuild()
 
     # ----------------------------------------------------------------- candidate index
 

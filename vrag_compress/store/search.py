@@ -32,6 +32,7 @@ from vrag_compress.store.fusion import check_alpha, fuse
 from vrag_compress.store.lexical import LexicalIndex
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores, one_blas_thread, top_k
 from vrag_compress.store.snapshot import Snapshot, Snapshots
+from vrag_compress.store.text_engine import TextEngine
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,
@@ -56,12 +57,16 @@ class Searcher:
     """MaxSim top-k over a store's current snapshot, with its lazily built token index."""
 
     def __init__(
-        self, ctx: StoreContext, snapshots: Snapshots, centroids: CentroidIndexes | None = None
+        self,
+        ctx: StoreContext,
+        snapshots: Snapshots,
+        centroids: CentroidIndexes | None = None,
+        text_engine: TextEngine | None = None,
     ):
         self.ctx = ctx
         self.snapshots = snapshots
         self.centroids = centroids
-        self.lexical = LexicalIndex(ctx)
+        self.lexical = LexicalIndex(ctx, text_engine or TextEngine(ctx, writable=False))
         self._ann: TokenIndex | None = None
 
     def search_many(

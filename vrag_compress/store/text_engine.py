@@ -1,0 +1,352 @@
+"""The BM25 engine of text search: a tantivy index (block-max WAND: top-k without scoring every
+matching page) derived from the page text in the catalog.
+
+SQLite stays the source of truth. Every page write appends the page's pid to the catalog's
+``text_log`` in the same transaction as the row (catalog.py), and this index is stamped with the
+last log ``seq`` it reflects, committed atomically with its documents (a stamp document, pid 0).
+A writer catches up after each write and on open: it re-reads the text of the logged pages and
+replaces their documents, so a kill -9 between the catalog commit and the engine commit only
+leaves the index behind, never wrong. A stale index is not searched: a reader that finds it
+behind falls back to the exact FTS5 index in the catalog until the writer caught up.
+
+Documents hold the page's terms as the shared tokenizer makes them (`lexical.terms`: NFKC,
+invisible characters removed, case and diacritics folded), joined by spaces and split again by
+tantivy's whitespace tokenizer, so the engine, FTS5 queries and Qdrant's sparse terms agree.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import sqlite3
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrag_compress.store import catalog as cat
+from vrag_compress.store.base import StoreError
+from vrag_compress.store.context import StoreContext
+from vrag_compress.store.lexical import terms
+from vrag_compress.store.validate import StoreInputError
+
+log = logging.getLogger(__name__)
+ENGINE_DIR = "text"
+STAMP_PID = 0  # page pids start at 1 (AUTOINCREMENT)
+MAX_TERM_BYTES = 255  # longer "words" (a pasted hash, a run of digits) are not indexed
+OVER_FETCH = 4  # a filtered search first takes this many times k unfiltered hits
+WRITER_HEAP = 50_000_000
+MISSING = (
+    "text search needs the tantivy package: pip install tantivy "
+    "(or open the store with text_engine='fts5')"
+)
+
+
+ENGINES = ("tantivy", "fts5")
+
+
+def check_text_engine(engine: Any) -> str:
+    """The ``text_engine`` option, checked."""
+    if engine not in ENGINES:
+        raise StoreInputError(f"text_engine must be one of {ENGINES}, got {engine!r}")
+    return str(engine)
+
+
+def _tantivy() -> Any:
+    try:
+        import tantivy
+    except ImportError:
+        raise StoreError(MISSING) from None
+    return tantivy
+
+
+def available() -> bool:
+    """Whether the tantivy package imports."""
+    try:
+        _tantivy()
+    except StoreError:
+        return False
+    return True
+
+
+def page_terms(text: str | None) -> str:
+    """A page's indexed terms, space-joined (what its document's ``text`` field holds)."""
+    return " ".join(t for t in terms(text) if len(t) * 4 <= MAX_TERM_BYTES or _fits(t))
+
+
+def _fits(term: str) -> bool:
+    return len(term.encode("utf-8")) <= MAX_TERM_BYTES
+
+
+def terms_crc(joined: str) -> int:
+    """The checksum of a page's indexed terms that `problems` compares."""
+    return zlib.crc32(joined.encode("utf-8"))
+
+
+@functools.cache
+def _schema() -> Any:
+    builder = _tantivy().SchemaBuilder()
+    builder.add_text_field("text", tokenizer_name="whitespace", index_option="freq")
+    builder.add_unsigned_field("pid", indexed=True, fast=True)
+    builder.add_unsigned_field("crc", fast=True)
+    builder.add_unsigned_field("seq", fast=True)
+    return builder.build()
+
+
+class TextEngine:
+    """One store's BM25 engine index: search, catch-up (writer), rebuild and check."""
+
+    def __init__(self, ctx: StoreContext, *, writable: bool):
+        self.ctx = ctx
+        self.writable = writable
+        self._index: Any = None
+        self._writer: Any = None
+
+    @property
+    def path(self) -> Path:
+        return self.ctx.root / ENGINE_DIR
+
+    def enabled(self, conn: sqlite3.Connection) -> bool:
+        """Whether text search goes through the engine (the option, and a catalog with a log)."""
+        return self.ctx.options.text_engine == "tantivy" and cat.has_text_log(conn)
+
+    # ----------------------------------------------------------------- search
+
+    def search(
+        self, conn: sqlite3.Connection, words: list[str], k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(pids, bm25 scores)`` of the best ``k`` pages holding any of ``words`` (folded
+        terms) among ``allowed`` (sorted pids; None: all), best first; None when the index is
+        behind the catalog and this process cannot catch it up (the caller uses FTS5)."""
+        searcher = self._fresh_searcher(conn)
+        if searcher is None:
+            return None
+        tv = _tantivy()
+        if not words or (allowed is not None and len(allowed) == 0):
+            return _empty()
+        schema = _schema()
+        query = tv.Query.boolean_query(
+            [(tv.Occur.Should, tv.Query.term_query(schema, "text", w)) for w in words]
+        )
+        if allowed is None:
+            return _top(searcher, query, k)
+        wanted = k * OVER_FETCH
+        pids, scores = _top(searcher, query, wanted)
+        keep = np.isin(pids, allowed, assume_unique=True)
+        if keep.sum() >= k or len(pids) < wanted:  # enough, or every match was seen
+            return pids[keep][:k], scores[keep][:k]
+        only = tv.Query.const_score_query(
+            tv.Query.term_set_query(schema, "pid", [int(p) for p in allowed]), 0.0
+        )
+        return _top(
+            searcher, tv.Query.boolean_query([(tv.Occur.Must, only), (tv.Occur.Must, query)]), k
+        )
+
+    def _fresh_searcher(self, conn: sqlite3.Connection) -> Any:
+        """A searcher whose stamp is the catalog's log head, catching up first (writer) or
+        reopening the index (reader, after a writer's rebuild); None if it stays behind."""
+        head = cat.text_log_head(conn)
+        if self.writable:
+            try:
+                self.catch_up()
+            except (OSError, ValueError) as exc:  # the pages are committed: FTS5 answers
+                log.warning("text index %s did not catch up (%s); searching FTS5", self.path, exc)
+                return None
+            return self._index.searcher()
+        for attempt in range(2):
+            index = self._open(reopen=attempt == 1)
+            if index is None:
+                return None
+            index.reload()
+            searcher = index.searcher()
+            if _stamp(searcher) == head:
+                return searcher
+        return None
+
+    # ----------------------------------------------------------------- writer
+
+    def catch_up(self) -> None:
+        """Bring the index up to the catalog's log head (writer only): replace the documents of
+        the pages logged since the stamp, or rebuild when it cannot (no index, a damaged one,
+        a stamp ahead of the catalog or older than the pruned log)."""
+        if not self.writable:
+            return
+        with self.ctx.catalog.snapshot() as conn:
+            if not self.enabled(conn):
+                return
+            head = cat.text_log_head(conn)
+            index = self._open_for_writing()
+            stamp = _stamp(index.searcher())
+            if stamp == head:
+                return
+            if stamp is None or stamp > head or stamp < cat.text_log_floor(conn):
+                self._write(cat.page_texts(conn), None, head)
+            else:
+                pids = cat.logged_pids(conn, stamp, head)
+                self._write(cat.page_texts(conn, pids), pids, head)
+
+    def rebuild(self) -> None:
+        """Re-index every page (writer; `optimize`, or an index `verify` found out of step)."""
+        if not self.writable:
+            return
+        with self.ctx.catalog.snapshot() as conn:
+            if self.enabled(conn):
+                self._open_for_writing()
+                self._write(cat.page_texts(conn), None, cat.text_log_head(conn))
+
+    def _write(self, rows: list[tuple], replaced: list[int] | None, head: int) -> None:
+        """One engine commit: drop the ``replaced`` pages' documents (None: every document),
+        add ``rows`` (pid, text) and the stamp ``head``. A failure rolls the writer back, so a
+        retry cannot commit the same documents twice."""
+        try:
+            self._stage(rows, replaced, head)
+            self._writer.commit()
+        except BaseException:
+            try:
+                self._writer.rollback()
+            except Exception as exc:  # drop the writer: the next write opens a new one
+                log.warning("text index %s: rollback failed (%s)", self.path, exc)
+                self._writer = self._index = None
+            raise
+        self._index.reload()
+
+    def _stage(self, rows: list[tuple], replaced: list[int] | None, head: int) -> None:
+        tv = _tantivy()
+        writer = self._writer
+        if replaced is None:
+            writer.delete_all_documents()
+        else:  # (a u64 term given to delete_documents_by_term matches nothing)
+            writer.delete_documents_by_query(
+                tv.Query.term_set_query(_schema(), "pid", [STAMP_PID, *replaced])
+            )
+        for pid, text in rows:
+            if text is None:
+                continue
+            joined = page_terms(text)
+            doc = tv.Document()
+            doc.add_text("text", joined)
+            doc.add_unsigned("pid", int(pid))
+            doc.add_unsigned("crc", terms_crc(joined))
+            writer.add_document(doc)
+        stamp = tv.Document()
+        stamp.add_unsigned("pid", STAMP_PID)
+        stamp.add_unsigned("seq", head)
+        writer.add_document(stamp)
+
+    def _open_for_writing(self) -> Any:
+        """The index with its writer (created, or recreated when unreadable)."""
+        if self._writer is not None:
+            return self._index
+        try:
+            index = self._open(create=True)
+            self._writer = index.writer(WRITER_HEAP, 1)
+        except (OSError, ValueError) as exc:  # damaged files: the index is derived, start over
+            if "LockBusy" in str(exc):  # another writer holds it: never delete under it
+                raise
+            log.warning("text index %s unreadable (%s); rebuilding it", self.path, exc)
+            self._index = None
+            shutil.rmtree(self.path, ignore_errors=True)
+            index = self._open(create=True)
+            self._writer = index.writer(WRITER_HEAP, 1)
+        return index
+
+    def _open(self, *, create: bool = False, reopen: bool = False) -> Any:
+        """The tantivy index (None when there is none and ``create`` is false)."""
+        if self._index is not None and not reopen:
+            return self._index
+        tv = _tantivy()
+        if not create and not (self.path / "meta.json").is_file():
+            return None
+        self.path.mkdir(exist_ok=True)
+        try:
+            self._index = tv.Index(_schema(), path=str(self.path), reuse=True)
+        except (OSError, ValueError) as exc:
+            if create:
+                raise
+            log.warning("text index %s unreadable (%s); searching FTS5", self.path, exc)
+            return None
+        return self._index
+
+    def close(self) -> None:
+        self._writer = None
+        self._index = None
+
+    # ----------------------------------------------------------------- verify
+
+    def problems(self, conn: sqlite3.Connection) -> list[str]:
+        """Where the index disagrees with the page text (read-only): every page with text
+        must have exactly one document with its terms' checksum, and no other document may
+        exist; pages logged after the stamp are still to catch up and are not compared."""
+        if not self.enabled(conn) or not available() or not (self.path / "meta.json").is_file():
+            return []  # no index yet: the next writer open builds it
+        tv = _tantivy()
+        try:
+            index = tv.Index(_schema(), path=str(self.path), reuse=True)
+            searcher = index.searcher()
+            stamp = _stamp(searcher)
+            hits = searcher.search(
+                tv.Query.all_query(), max(1, searcher.num_docs), count=False
+            ).hits
+            addresses = [a for _, a in hits]
+            have_pids = searcher.fast_field_values("pid", addresses)
+            have_crcs = searcher.fast_field_values("crc", addresses)
+        except (OSError, ValueError) as exc:
+            return [f"the text index {self.path} is unreadable ({exc}); `optimize` rebuilds it"]
+        head, floor = cat.text_log_head(conn), cat.text_log_floor(conn)
+        if stamp is None or stamp > head or stamp < floor:
+            return [
+                f"the text index {self.path} is stamped {stamp} against the catalog's log "
+                f"{floor}..{head}; `optimize` rebuilds it"
+            ]
+        pending = set(cat.logged_pids(conn, stamp, head))
+        have: dict[int, int] = {}
+        duplicates = 0
+        for pid, crc in zip(have_pids, have_crcs, strict=True):
+            if pid == STAMP_PID or pid in pending:
+                continue
+            duplicates += pid in have
+            have[pid] = crc
+        want = {
+            pid: terms_crc(page_terms(text))
+            for pid, text in cat.page_texts(conn)
+            if text is not None and pid not in pending
+        }
+        missing = sorted(set(want) - set(have))
+        extra = sorted(set(have) - set(want))
+        differ = sorted(p for p in set(want) & set(have) if want[p] != have[p])
+        if not (missing or extra or differ or duplicates):
+            return []
+        first = min([*missing, *extra, *differ], default=None)
+        where = "" if first is None else f", first at page row {first}"
+        return [
+            f"the text index {self.path} does not match the page text ({len(missing)} pages "
+            f"missing, {len(extra)} extra, {len(differ)} with other terms, {duplicates} "
+            f"duplicated{where}); `optimize` rebuilds it"
+        ]
+
+
+def _stamp(searcher: Any) -> int | None:
+    """The log seq the searcher's index reflects (None: never stamped)."""
+    query = _tantivy().Query.term_query(_schema(), "pid", STAMP_PID)
+    hits = searcher.search(query, 1, count=False).hits
+    if not hits:
+        return None
+    return int(searcher.fast_field_values("seq", [hits[0][1]])[0])
+
+
+def searcher_schema(searcher: Any) -> Any:
+    return _schema(_tantivy())
+
+
+def _top(searcher: Any, query: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    hits = searcher.search(query, k, count=False).hits  # count=True would score every match
+    if not hits:
+        return _empty()
+    pids = np.array(searcher.fast_field_values("pid", [a for _, a in hits]), dtype=np.int64)
+    return pids, np.array([s for s, _ in hits], dtype=np.float64)
+
+
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
