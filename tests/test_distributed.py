@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -51,12 +52,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""The cluster listens on this machine's network address: only holders of this run's token get
+in (and a token file a local Ray left in ~/.ray is never used)."""
+
+
 def _env(tmp: Path) -> dict[str, str]:
     """This checkout importable on the workers, the tiny models cached in one place, and node
     failures noticed within seconds (Ray's defaults wait much longer)."""
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     return {
         **os.environ,
+        **RAY_AUTH,
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
         "HF_HUB_OFFLINE": "1",
         "RAY_health_check_period_ms": "500",
@@ -136,12 +143,28 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    saved = {key: os.environ.get(key) for key in RAY_AUTH}
+    os.environ.update(RAY_AUTH)  # this process joins the cluster as a driver too
+    _reload_ray_config()
     running = Cluster()
     try:
         running.start()
         yield running
     finally:
         running.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reload_ray_config()
+
+
+def _reload_ray_config() -> None:
+    """Ray reads RAY_AUTH_* when it is imported; this process imported it before the fixture."""
+    from ray._raylet import Config
+
+    Config.initialize("")
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,8 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,8 +60,19 @@ class WorkUnit:
     finishing: list[DocState] = field(default_factory=list)
 
     def request(self) -> list[tuple[Any, int]]:
-        """What travels to the worker: each page's document opener and page number."""
-        return [(state.opener, page_no) for state, page_no in self.items]
+        """What travels to the worker: each page's document opener (one object per document,
+        which the worker opens once) and page number."""
+        openers = {id(state): _absolute(state.opener) for state, _ in self.items}
+        return [(openers[id(state)], page_no) for state, page_no in self.items]
+
+
+def _absolute(opener: Any) -> Any:
+    """An opener naming its file by absolute path: a worker's working folder is not the
+    driver's (the files must be at the same path on every node)."""
+    if isinstance(opener, partial) and opener.args:
+        path = Path(opener.args[0]).resolve()
+        return partial(opener.func, path, *opener.args[1:], **opener.keywords)
+    return opener
 
 
 @dataclass
@@ -221,7 +234,10 @@ class ActorPool:
 
     def submit(self, unit: WorkUnit) -> tuple[Any, Any]:
         if not self.actors:
-            raise RayWorkersLostError("every Ray encoder actor died")
+            raise RayWorkersLostError(
+                "every Ray encoder actor died (their nodes left the cluster); the pages "
+                "committed so far are kept: run the same command again to resume"
+            )
         actor = self.actors[self._next % len(self.actors)]
         self._next += 1
         return actor, actor.process.remote(unit.request())
