@@ -254,6 +254,21 @@ def test_a_ray_built_store_is_the_single_process_store(
     assert again.pages_indexed == 0 and again.pages_skipped == 13  # the 3 pages of bomb.pdf
 
 
+def test_a_ray_run_writes_straight_to_a_qdrant_store(
+    cluster: Cluster, folder: Path, local_store: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """`--ray --store qdrant://...`: the driver commits to Qdrant (local mode here: no server)."""
+    pytest.importorskip("qdrant_client")
+    store = f"qdrant+local://{tmp_path / 'q'}?collection=docs"
+    with VisualIndex.create(
+        tmp_path / "index", model=MODEL, batch_size=2, device="cpu", store=store
+    ) as index:
+        report = index.add(folder, progress=False, ray=RayOptions(address=cluster.address))
+        assert report.pages_indexed == index.store.count() == 12
+    assert sorted(_pages(tmp_path / "index")) == sorted(_pages(local_store[0]))
+    assert _top5(tmp_path / "index") == _top5(local_store[0])
+
+
 def test_missing_ray_is_one_line_naming_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
