@@ -284,6 +284,23 @@ def test_missing_ray_is_one_line_naming_the_extra(
     assert not (tmp_path / "i").exists()
 
 
+def test_an_unreachable_cluster_is_one_line_at_once(tmp_path: Path) -> None:
+    """Ray itself would retry for minutes; the address is checked first."""
+    from typer.testing import CliRunner
+
+    pdf = write_raw_pdf(tmp_path / "one.pdf", [good_page()])
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    command = ["index", str(pdf), "--index", str(tmp_path / "i"), "--model", MODEL]
+    result = CliRunner().invoke(app, [*command, "--ray", address])
+    assert result.exit_code == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1  # (the model's load messages come before it)
+    assert errors[0].startswith(
+        f"error: RayUnavailableError: cannot reach the Ray cluster at {address}"
+    )
+    assert "Traceback" not in result.stderr and "gcs_client" not in result.stderr
+
+
 @pytest.fixture(scope="module")
 def long_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
     target = tmp_path_factory.mktemp("long")

@@ -19,6 +19,7 @@ Ray is imported only here, and only when asked for (the ``[ray]`` extra).
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -101,12 +102,32 @@ def connect(address: str | None) -> Any:
     if ray.is_initialized():
         return ray
     target = None if address in (None, "", "local") else address
+    if target is not None:
+        check_reachable(target)
     try:
         ray.init(address=target, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise RayUnavailableError(f"cannot reach the Ray cluster at {address}: {error}") from None
     _quiet_cluster_messages()
     return ray
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail at once, in one line, when a ``host:port`` address does not answer: `ray.init`
+    would retry for minutes, printing Ray's own warnings. Other forms ("auto", ray://) are left
+    to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RayUnavailableError(
+            f"cannot reach the Ray cluster at {address} ({reason}); start it with "
+            "`ray start --head` there, or give its address"
+        ) from None
 
 
 def _quiet_cluster_messages() -> None:
