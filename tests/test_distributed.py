@@ -226,6 +226,24 @@ def _failures(report: dict, name: str) -> list[dict]:
     return [f for f in report["failures"] if f["path"].endswith(name)]
 
 
+def test_an_unreachable_cluster_is_one_line_at_once(tmp_path: Path) -> None:
+    """Ray itself would retry for minutes; the address is checked first. (Runs before the
+    cluster starts: this process then has no Ray connection to reuse.)"""
+    from typer.testing import CliRunner
+
+    pdf = write_raw_pdf(tmp_path / "one.pdf", [good_page()])
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    command = ["index", str(pdf), "--index", str(tmp_path / "i"), "--model", MODEL]
+    result = CliRunner().invoke(app, [*command, "--ray", address])
+    assert result.exit_code == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1  # (the model's load messages come before it)
+    assert errors[0].startswith(
+        f"error: RayUnavailableError: cannot reach the Ray cluster at {address}"
+    )
+    assert "Traceback" not in result.stderr and "gcs_client" not in result.stderr
+
+
 def test_a_ray_built_store_is_the_single_process_store(
     cluster: Cluster, folder: Path, local_store: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -282,23 +300,6 @@ def test_missing_ray_is_one_line_naming_the_extra(
     assert result.exit_code == 1
     assert result.stderr.strip() == "error: --ray needs Ray: pip install 'vrag-compress[ray]'"
     assert not (tmp_path / "i").exists()
-
-
-def test_an_unreachable_cluster_is_one_line_at_once(tmp_path: Path) -> None:
-    """Ray itself would retry for minutes; the address is checked first."""
-    from typer.testing import CliRunner
-
-    pdf = write_raw_pdf(tmp_path / "one.pdf", [good_page()])
-    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
-    command = ["index", str(pdf), "--index", str(tmp_path / "i"), "--model", MODEL]
-    result = CliRunner().invoke(app, [*command, "--ray", address])
-    assert result.exit_code == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1  # (the model's load messages come before it)
-    assert errors[0].startswith(
-        f"error: RayUnavailableError: cannot reach the Ray cluster at {address}"
-    )
-    assert "Traceback" not in result.stderr and "gcs_client" not in result.stderr
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,8 @@ def import_ray() -> Any:
 
 def connect(address: str | None) -> Any:
     """Join the cluster at ``address`` ("auto", "host:port", "ray://host:10001"), or start a
-    local one for ``None``/"local"; returns the `ray` module."""
+    local one for ``None``/"local"; returns the `ray` module. A process already connected to
+    Ray (`ray.init` called before) keeps the cluster it is on, whatever ``address`` says."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
