@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -57,6 +57,9 @@ from vrag_compress.store.open import (
     write_store_pointer,
 )
 from vrag_compress.version import __version__
+
+if TYPE_CHECKING:
+    from vrag_compress.distributed import RayOptions
 
 log = logging.getLogger(__name__)
 
@@ -625,6 +628,7 @@ class VisualIndex:
         *,
         progress: bool = True,
         ocr: str | PageOcr = "auto",
+        ray: bool | str | RayOptions | None = None,
     ) -> AddReport:
         """Index files, folders or already-rendered `Page`s; unchanged documents are skipped.
 
@@ -632,10 +636,25 @@ class VisualIndex:
         never stops the rest. `ocr` ("auto", "always", "never" or a `PageOcr`) gives pages
         without a text layer their OCR'd text (see `vrag_compress.ocr`). Metadata a filter could
         not select (a ``$`` key, a built-in field name, NaN) raises `UserInputError` up front.
+
+        `ray` renders, encodes and compresses files on a Ray cluster (the ``[ray]`` extra):
+        True for the cluster Ray finds (or a local one), an address ("host:6379",
+        "ray://host:10001"), or `RayOptions`; commits stay here, so the store is the same as
+        a single-process one (see `vrag_compress.distributed`).
         """
         extra = check_user_metadata(metadata or {})  # before any page is rendered
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
         page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
+        if ray is not None and ray is not False:
+            from vrag_compress.distributed import RayOptions, add_on_ray
+
+            if isinstance(ray, RayOptions):
+                options = ray
+            else:
+                options = RayOptions(address=None if ray is True else ray)
+            return add_on_ray(
+                self, items, extra, progress=progress, page_ocr=page_ocr, options=options
+            )
         return self._indexer().add(items, extra, progress=progress, page_ocr=page_ocr)
 
     def _indexer(self) -> Indexer:

@@ -109,6 +109,16 @@ class AddReport:
         }
 
 
+@dataclass
+class ProcessedBatch:
+    """What the compute half of a commit made of a batch: per position that worked, the page's
+    encoding, compressed vectors and text; ``refused``: positions that failed (reported), which
+    their documents list as failed pages. Pages without visual tokens are in neither."""
+
+    done: list[tuple[int, PageEncoding, CompressedPage, PageText]] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+
+
 class _Pages(Protocol):
     """What the pipeline reads from a document: a `Document` or rendered `Page`s."""
 
@@ -378,20 +388,45 @@ class Indexer:
         """OCR where needed, encode, compress, save images, and commit one batch atomically."""
         if not batch:
             return
-        pages = [page for _, page in batch]
+        processed = self.process([page for _, page in batch], report, page_ocr)
+        self.write(batch, processed, report, bar)
+
+    def process(self, pages: list[Page], report: AddReport, page_ocr: PageOcr) -> ProcessedBatch:
+        """The compute half of a commit (OCR, encode, compress), which touches no store: it runs
+        here, or on a Ray worker whose result the driver then `write`s."""
         texts = page_texts(pages, page_ocr, report)
-        records = []
-        for i, encoding, packed in self.encode_guarded(batch, [t.text for t in texts], report):
+        processed = ProcessedBatch()
+        encoded = self.encode_guarded(pages, [t.text for t in texts], report)
+        for i, encoding, packed in encoded:
             if packed is None:
                 report.fail(_where(pages[i]), self.no_tokens_reason(), pages[i].page_no)
                 continue
-            metadata = batch[i][0].record.metadata
-            records.append(
-                self.page_record(pages[i], encoding, packed, metadata=metadata, text=texts[i])
-            )
+            processed.done.append((i, encoding, packed, texts[i]))
+        answered = {i for i, _, _ in encoded}
+        processed.refused = [i for i in range(len(pages)) if i not in answered]
+        return processed
+
+    def write(
+        self,
+        batch: Sequence[tuple[DocState, Page | int]],
+        processed: ProcessedBatch,
+        report: AddReport,
+        bar: IndexProgress,
+    ) -> None:
+        """The one writer: save the processed pages' files and commit them with the rows of the
+        documents they touch, in one atomic store write. ``batch`` holds each position's page
+        (or only its number, for a page rendered elsewhere that failed)."""
+        records = []
+        for i, encoding, packed, text in processed.done:
+            state, page = batch[i]
+            assert isinstance(page, Page)
+            metadata = state.record.metadata
+            records.append(self.page_record(page, encoding, packed, metadata=metadata, text=text))
+        for i in processed.refused:
+            batch[i][0].failed_pages.append(_page_no(batch[i][1]))
         touched: dict[str, DocState] = {}
         for state, page in batch:
-            state.last_page = page.page_no
+            state.last_page = _page_no(page)
             touched[state.record.doc_id] = state
         for state in touched.values():
             state.record.complete = state.last_page >= (state.record.n_pages or 0)
@@ -400,38 +435,36 @@ class Indexer:
         bar.advance(len(batch))
 
     def encode_guarded(
-        self, batch: list[tuple[DocState, Page]], texts: list[str | None], report: AddReport
+        self, pages: list[Page], texts: list[str | None], report: AddReport
     ) -> list[tuple[int, PageEncoding, CompressedPage | None]]:
         """Encode and compress a batch: ``(position, encoding, compressed or None when the page
         has no visual tokens)``. When the batch fails, its pages are retried one at a time, so a
-        page the encoder refuses is reported (file, page, reason) and the others are indexed."""
+        page the encoder refuses is reported (file, page, reason) and left out, and the others
+        are indexed."""
         self._encoder(), self._compressor()  # a model or config problem is no page's fault
-        pages = [page for _, page in batch]
         try:
             return _paired(range(len(pages)), *self.encode(pages, texts))
         except EncoderLoadError:  # the model itself is unusable: no page can be encoded
             raise
         except Exception as error:  # a model or processor error caused by some page's content
             if len(pages) == 1:
-                self._encode_failed(batch[0], error, report)
+                self._encode_failed(pages[0], error, report)
                 return []
         done: list[tuple[int, PageEncoding, CompressedPage | None]] = []
-        for i, (state, page) in enumerate(batch):
+        for i, page in enumerate(pages):
             try:
                 done.extend(_paired([i], *self.encode([page], texts[i : i + 1])))
             except EncoderLoadError:
                 raise
             except Exception as error:
-                self._encode_failed((state, page), error, report)
+                self._encode_failed(page, error, report)
         return done
 
     @staticmethod
-    def _encode_failed(item: tuple[DocState, Page], error: Exception, report: AddReport) -> None:
-        state, page = item
+    def _encode_failed(page: Page, error: Exception, report: AddReport) -> None:
         log.debug("encoding %s page %d failed", _where(page), page.page_no, exc_info=error)
         reason = f"the encoder cannot process this page ({type(error).__name__}: {error})"
         report.fail(_where(page), reason, page.page_no)
-        state.failed_pages.append(page.page_no)
 
     def retire_old_versions(self, doc_id: str, source: str | None, report: AddReport) -> None:
         """Delete the other documents indexed from the same source file (its older versions)."""
@@ -537,6 +570,10 @@ def _paired(
 def _source(path: Any) -> str | None:
     """A source file as stored: absolute, and safe to store whatever bytes its name has."""
     return display_path(Path(path).resolve()) if path else None
+
+
+def _page_no(page: Page | int) -> int:
+    return page if isinstance(page, int) else page.page_no
 
 
 def _where(page: Page) -> str:

@@ -162,11 +162,21 @@ def index(
         "index whose searches rerank decoded vectors (new embedded index only; the first "
         "65,536 vectors stay fp16 until the codes are trained on them, or `vrag optimize`).",
     ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Render, encode and compress on a Ray cluster (the [ray] extra): auto (the "
+        "cluster Ray finds, e.g. RAY_ADDRESS), host:port, ray://host:10001, or local (start "
+        "one here). Commits stay in this process; see docs/distributed.md.",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Index files into a compressed multi-vector index (re-running skips unchanged files;
     Ctrl-C keeps the committed pages and a re-run resumes)."""
     page_ocr = _page_ocr(ocr)
+    if ray_address is not None:
+        _check_ray()
     from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
     from vrag_compress.index import VisualIndex
 
@@ -223,7 +233,9 @@ def index(
         with vindex:
             before = vindex.store.count()
             try:
-                report = vindex.add(paths, metadata=extra, progress=not json_out, ocr=page_ocr)
+                report = vindex.add(
+                    paths, metadata=extra, progress=not json_out, ocr=page_ocr, ray=ray_address
+                )
             except KeyboardInterrupt:
                 _interrupted(vindex, vindex.store.count() - before)
             except Exception as error:
@@ -266,6 +278,16 @@ def _require_extras(store: str | None, renderer: str) -> None:
             import pdf2image  # noqa: F401
     except ImportError as error:
         fail(missing_dependency_message(error))
+
+
+def _check_ray() -> None:
+    """`--ray` without Ray installed: one line naming the extra, before any index is made."""
+    from vrag_compress.distributed import RayUnavailableError, import_ray
+
+    try:
+        import_ray()
+    except RayUnavailableError as error:
+        fail(str(error))
 
 
 def _interrupted(vindex: Any, committed: int) -> None:

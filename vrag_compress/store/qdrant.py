@@ -253,6 +253,32 @@ class QdrantOptions:
     retry_backoff_s: float = 0.5  # doubled after every failed attempt
     timeout_s: float = 30.0
     on_disk: bool = False  # server: keep the page multivectors on disk (memory-mapped)
+    shards: int | None = None  # server: shards of a new collection (Qdrant's default: 1)
+    replicas: int | None = None  # server: copies of each shard of a new collection (default: 1)
+
+
+COLLECTION_PARAMS = {"shards": "shards", "replicas": "replicas", "on_disk": "on_disk"}
+"""URL query parameters that set `QdrantOptions` for a new collection."""
+
+
+def url_options(url: str) -> dict[str, Any]:
+    """The collection options a store URL carries:
+    ``qdrant://host:6333/name?shards=4&replicas=2&on_disk=true``."""
+    _, _, query = str(url).partition("?")
+    options: dict[str, Any] = {}
+    for key, values in parse_qs(query).items():
+        if key not in COLLECTION_PARAMS:
+            continue
+        value = values[-1].strip().lower()
+        if key == "on_disk":
+            if value not in ("true", "false"):
+                raise StoreInputError(f"{url}: on_disk must be true or false, got {value!r}")
+            options[key] = value == "true"
+        elif not value.isdigit() or not 1 <= int(value) <= 10_000:
+            raise StoreInputError(f"{url}: {key} must be a whole number >= 1, got {value!r}")
+        else:
+            options[key] = int(value)
+    return options
 
 
 def with_retries(call: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:
@@ -327,7 +353,8 @@ class QdrantStore(MultiVectorStore):
         if candidate not in CANDIDATES:
             raise StoreInputError(f"candidate must be one of {CANDIDATES}, got {candidate!r}")
         loc = _location(location, api_key)
-        opts = QdrantOptions(**options)
+        given = url_options(location) if isinstance(location, str) else {}
+        opts = QdrantOptions(**{**given, **options})  # keyword arguments over the URL's
         owns = client is None
         client = client or loc.client(opts.timeout_s)
         try:
@@ -957,22 +984,32 @@ def _create_collections(
             distance=models.Distance.DOT,
             multivector_config=maxsim,
             datatype=models.Datatype.FLOAT16,
+            on_disk=opts.on_disk,
         )
     sparse = {TEXT: models.SparseVectorParams(modifier=models.Modifier.IDF)}
     _retry(
         opts,
         "create collection",
         lambda: client.create_collection(
-            loc.collection, vectors_config=vectors, sparse_vectors_config=sparse
+            loc.collection,
+            vectors_config=vectors,
+            sparse_vectors_config=sparse,
+            shard_number=opts.shards,
+            replication_factor=opts.replicas,
+            on_disk_payload=opts.on_disk or None,
         ),
     )
     if not _retry(
         opts, "collection check", lambda: client.collection_exists(loc.collection + SIDECAR_SUFFIX)
     ):
-        _retry(
+        _retry(  # one shard (it holds a few rows per document), as many copies as the pages
             opts,
             "create collection",
-            lambda: client.create_collection(loc.collection + SIDECAR_SUFFIX, vectors_config={}),
+            lambda: client.create_collection(
+                loc.collection + SIDECAR_SUFFIX,
+                vectors_config={},
+                replication_factor=opts.replicas,
+            ),
         )
     if loc.host is not None:  # payload indexes only matter on a server (local mode warns)
         for name, schema in (
