@@ -75,19 +75,21 @@ def timed_search(
     return ids, float(np.median(times) * 1000)
 
 
+# Peak RSS is VmHWM: ru_maxrss would count the parent's RSS at the fork (Linux carries it
+# across exec), which is the whole benchmark's.
 _FIRST_QUERY = """
-import resource
 import sys
 import numpy as np
 from vrag_compress.store import LocalStore
 with LocalStore.open(sys.argv[1], readonly=True) as store:
     hits = store.search(np.load(sys.argv[2]), k=10)
-    file_kb = 0
+    kb = {}
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("RssFile:"):
-                file_kb = int(line.split()[1])
-print(len(hits), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file_kb)
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "RssFile"):
+                kb[name] = int(value.split()[0])
+print(len(hits), kb["VmHWM"], kb["RssFile"])
 """
 
 
