@@ -11,7 +11,16 @@ import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.beir import load_beir
 from vrag_compress.cli.app import app
 
-KEYS = ("open_s", "first_query_s", "recall@10_two_stage", "bytes_per_page", "build_s", "params")
+KEYS = (
+    "open_s",
+    "first_query_s",
+    "first_query_rss_mb",
+    "recall@10_two_stage",
+    "bytes_per_page",
+    "build_s",
+    "params",
+    "load_avg",
+)
 
 
 def _check(report: dict, pages: int) -> None:
@@ -25,6 +34,7 @@ def _check(report: dict, pages: int) -> None:
     assert report["params"]["k"] >= 1 and report["params"]["rerank"] >= 1
     assert report["recall_queries"] == report["config"]["queries"]
     assert report["first_query_s"] > 0
+    assert report["first_query_rss_mb"] > report["first_query_rss_file_mb"] > 0
     assert report["params"]["params_from"] == "measured"
     assert report["tuned"]["recall"] >= report["tuned"]["target"] == 0.97
 
@@ -38,6 +48,25 @@ def test_synthetic(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     _check(report, 400)
     assert report["config"]["data"] == "synthetic"
+
+
+def test_thread_counts_are_timed_in_one_run(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    args = ["bench", "store", "--pages", "300", "--tokens-full", "60", "--queries", "10"]
+    args += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "16", "--threads", "1,2"]
+    res = CliRunner().invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    for key in (
+        "latency_ms_by_threads",
+        "queries_per_s_by_threads",
+        "batch_queries_per_s_by_threads",
+    ):
+        assert set(report[key]) == {"1", "2"} and min(report[key].values()) > 0, key
+    assert report["config"]["threads"] == [1, 2]
+    for bad in ("0", "1,x", ""):
+        res = CliRunner().invoke(app, [*args[:-1], bad])
+        assert res.exit_code == 2 and "--threads" in res.output, res.output
 
 
 def test_real_pages_from_a_beir_folder(shared_data: Path, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from rich.table import Table
 from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.store_timing import (
     add_all,
-    first_query_seconds,
+    first_query_cost,
     progress,
     timed_search,
 )
@@ -62,8 +62,12 @@ def bench_store(
     batch: int = typer.Option(256, "--batch", min=1, help="Pages per add() call."),
     candidates_per_token: int = typer.Option(64, "--candidates-per-token", min=1),
     nprobe: int = typer.Option(32, "--nprobe", min=1),
-    threads: int = typer.Option(
-        os.cpu_count() or 1, "--threads", min=1, help="Threads for BLAS, torch and FAISS."
+    threads_list: str = typer.Option(
+        str(os.cpu_count() or 1),
+        "--threads",
+        help="Threads for BLAS, torch and FAISS (the largest of a list); a list such as 1,2 also "
+        "times two-stage search with each count as the store's threads option "
+        "(latency_ms_by_threads, queries_per_s_by_threads).",
     ),
     seed: int = typer.Option(0, "--seed"),
     data_kind: str = typer.Option(
@@ -116,6 +120,8 @@ def bench_store(
 
     from vrag_compress.compress.base import budget
 
+    thread_counts = _thread_counts(threads_list)
+    threads = max(thread_counts)
     if backend not in ("embedded", "qdrant-local"):
         raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
     if data_kind not in ("synthetic", "real", "skewed"):
@@ -202,7 +208,7 @@ def bench_store(
                 exact_queries,
                 candidates_per_token,
                 nprobe,
-                threads,
+                thread_counts,
                 codes,
                 fp16,
             )
@@ -218,7 +224,7 @@ def bench_store(
         "dim": dim,
         "candidates_per_token": candidates_per_token,
         "nprobe": nprobe,
-        "threads": threads,
+        "threads": thread_counts if len(thread_counts) > 1 else threads,
         "seed": seed,
         "bruteforce_queries": bruteforce_queries,
         "data": data_kind,
@@ -233,6 +239,19 @@ def bench_store(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2))
         err.print(f"wrote {json_out}")
+
+
+def _thread_counts(text: str) -> list[int]:
+    """``--threads 1,2`` as ``[1, 2]`` (each at least 1)."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(
+            f"{text!r}: use a count or a list such as 1,2", param_hint="--threads"
+        )
+    return counts
 
 
 def _set_threads(threads: int) -> None:
@@ -392,11 +411,13 @@ def _run(
     exact_queries: int | None,
     candidates_per_token: int,
     nprobe: int,
-    threads: int,
+    thread_counts: list[int],
     codes: str = "none",
     fp16: bool = True,
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
+
+    threads = max(thread_counts)
 
     config: dict[str, Any] = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
     if not fp16:
@@ -425,7 +446,8 @@ def _run(
         build_s = time.perf_counter() - t0
     size_compressed = _dir_mb(root / "compressed")
     qs = data["queries"]
-    first_query_s = first_query_seconds(root / "compressed", qs[0])
+    first_query_s, first_rss_mb, first_file_mb = first_query_cost(root / "compressed", qs[0])
+    load_before = os.getloadavg()
     blas_ms, blas_extrapolated = _blas_floor(data.pop("compressed"), qs[: min(len(qs), 50)])
     n_tokens = pages * k_tokens
     n_exact = exact_queries or (len(qs) if n_tokens <= 1_000_000 else min(10, len(qs)))
@@ -441,6 +463,8 @@ def _run(
         load_s = time.perf_counter() - t0
         _, exact_ms = timed_search(store, qs[:n_exact], "exact", "exact search (b)")
         exact = _exact_top10(store, qs)  # every query, batched: the recall reference
+        # after the exact passes, which left every row converted: each count sees the same cache
+        by_threads = _by_threads(store, qs, thread_counts) if len(thread_counts) > 1 else {}
     recall = float(
         np.mean([len(set(e) & set(t)) / max(1, len(e)) for e, t in zip(exact, two, strict=True)])
     )
@@ -472,6 +496,10 @@ def _run(
         "build_s": round(build_s, 3),
         "open_s": round(open_s, 3),
         "first_query_s": round(first_query_s, 3),
+        **by_threads,
+        "load_avg": {"before": list(load_before), "after": list(os.getloadavg())},
+        "first_query_rss_mb": round(first_rss_mb, 1),
+        "first_query_rss_file_mb": round(first_file_mb, 1),
         "bytes_per_page": round(size_compressed * 2**20 / pages, 1),
         "size_mb_index": round(size_index, 2),
         "params": {k: info.get(k) for k in ("k", "nprobe", "rerank", "codes", "params_from")},
@@ -482,6 +510,42 @@ def _run(
         "exact_over_blas_floor": round(exact_ms / blas_ms, 2),
         "blas_floor_extrapolated": blas_extrapolated,
         "compressed_over_full_size": round(size_compressed / size_full, 4),
+    }
+
+
+def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str, Any]:
+    """Two-stage search with each thread count as the store's ``threads`` option (BLAS and
+    FAISS limited to it too): the median latency of single queries, their throughput, and the
+    throughput of `search_many` batches of 8 (one query per thread). Counts take turns over two
+    rounds, so a change in the machine's load hits each alike."""
+    from threadpoolctl import threadpool_limits
+
+    latencies: dict[int, list[float]] = {n: [] for n in counts}
+    batch_s: dict[int, float] = dict.fromkeys(counts, 0.0)
+    for _ in range(2):
+        for n in counts:
+            store.options.threads = n
+            with threadpool_limits(limits=n):
+                _set_threads(n)
+                for q in qs:
+                    t0 = time.perf_counter()
+                    store.search(q, k=10, mode="two_stage")
+                    latencies[n].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                for start in range(0, len(qs), 8):
+                    store.search_many(qs[start : start + 8], k=10, mode="two_stage")
+                batch_s[n] += time.perf_counter() - t0
+    store.options.threads = 1
+    return {
+        "latency_ms_by_threads": {
+            str(n): round(float(np.median(v)) * 1000, 3) for n, v in latencies.items()
+        },
+        "queries_per_s_by_threads": {
+            str(n): round(len(v) / sum(v), 1) for n, v in latencies.items()
+        },
+        "batch_queries_per_s_by_threads": {
+            str(n): round(2 * len(qs) / t, 1) for n, t in batch_s.items()
+        },
     }
 
 
@@ -574,9 +638,18 @@ def _print(report: dict[str, Any]) -> None:
         ("candidate index build (s)", f"{report['build_s']:.2f}"),
         ("open + first two-stage answer (s)", f"{report['open_s']:.3f}"),
         ("fresh process: open + first answer (s)", f"{report['first_query_s']:.3f}"),
+        ("fresh process: peak RSS (MB)", f"{report['first_query_rss_mb']:.0f}"),
         ("bytes per page (segments + index)", f"{report['bytes_per_page']:.0f}"),
         ("index parameters", json.dumps(report["params"])),
     ]
+    for n, ms in report.get("latency_ms_by_threads", {}).items():
+        rows.append(
+            (
+                f"two-stage with {n} thread(s): ms / queries/s / batched queries/s",
+                f"{ms:.2f} / {report['queries_per_s_by_threads'][n]:.1f} / "
+                f"{report['batch_queries_per_s_by_threads'][n]:.1f}",
+            )
+        )
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)

@@ -75,19 +75,29 @@ def timed_search(
     return ids, float(np.median(times) * 1000)
 
 
+# Peak RSS is VmHWM: ru_maxrss would count the parent's RSS at the fork (Linux carries it
+# across exec), which is the whole benchmark's.
 _FIRST_QUERY = """
 import sys
 import numpy as np
 from vrag_compress.store import LocalStore
 with LocalStore.open(sys.argv[1], readonly=True) as store:
     hits = store.search(np.load(sys.argv[2]), k=10)
-print(len(hits))
+    kb = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "RssFile"):
+                kb[name] = int(value.split()[0])
+print(len(hits), kb["VmHWM"], kb["RssFile"])
 """
 
 
-def first_query_seconds(store_path: Path, query: np.ndarray) -> float:
+def first_query_cost(store_path: Path, query: np.ndarray) -> tuple[float, float, float]:
     """Wall time of a fresh Python process that opens the store and answers one query (what a
-    user waits for on a cold start: interpreter, imports, open, first answer)."""
+    user waits for on a cold start: interpreter, imports, open, first answer), that process's
+    peak RSS in MB, and how much of its RSS was mapped files (segments, index) after the answer.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         qfile = Path(tmp) / "q.npy"
         np.save(qfile, np.asarray(query, dtype=np.float32))
@@ -99,6 +109,7 @@ def first_query_seconds(store_path: Path, query: np.ndarray) -> float:
             check=False,
         )
         spent = time.perf_counter() - t0
-    if done.returncode != 0 or not done.stdout.strip():
+    fields = done.stdout.split()
+    if done.returncode != 0 or len(fields) != 3:
         raise RuntimeError(f"the first-query process failed: {done.stderr.strip()[-2000:]}")
-    return spent
+    return spent, int(fields[1]) / 1024, int(fields[2]) / 1024

@@ -37,7 +37,8 @@ import numpy as np
 from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.maxsim import gather_pages
+from vrag_compress.store.maxsim import gather_pages, parallel_map
+from vrag_compress.store.token_rows import LazyTokens
 
 log = logging.getLogger(__name__)
 
@@ -367,11 +368,30 @@ class CandidateIndex:
         return out
 
     def touched_scores(
-        self, query: np.ndarray, nprobe: int
+        self, query: np.ndarray, nprobe: int, threads: int = 1
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """The slots the probed cells name (base pages from their lists, every tail page from
-        its codes), their approximate scores, and the score of every other slot."""
-        return self.probed_scores(*cz.probe(query, self.centroids, nprobe))
+        its codes), their approximate scores, and the score of every other slot.
+
+        A page's score is a sum over query tokens, so ``threads > 1`` splits the query tokens
+        into groups, probes and reads the lists of each group on its own thread and adds the
+        groups' scores up."""
+        groups = np.array_split(np.arange(len(query)), min(max(threads, 1), len(query)))
+        if len(groups) <= 1:
+            return self.probed_scores(*cz.probe(query, self.centroids, nprobe))
+        parts = parallel_map(
+            lambda rows: self.probed_scores(*cz.probe(query[rows], self.centroids, nprobe)),
+            groups,
+            len(groups),
+        )
+        total = np.zeros(self.n_slots, dtype=np.float32)
+        named = np.zeros(self.n_slots, dtype=bool)
+        for slots, scores, floor_sum in parts:
+            total[slots] += scores - np.float32(floor_sum)
+            named[slots] = True
+        floor_sum = float(np.float32(sum(p[2] for p in parts)))
+        touched = np.flatnonzero(named)
+        return touched, total[touched] + np.float32(floor_sum), floor_sum
 
     def probed_scores(
         self, cells: np.ndarray, cell_scores: np.ndarray, floor: np.ndarray
@@ -482,35 +502,15 @@ def _concat(parts: list[_Part], with_resid: bool, width: int) -> _Part:
     )
 
 
-class CodedTokens:
+class CodedTokens(LazyTokens):
     """The token matrix of some pages rebuilt from their codes on demand: what a store without
-    fp16 vectors searches. Indexing with row indices decodes just those rows (a rerank); the
-    first slice (an exact search, chunk by chunk) decodes everything once and keeps it when the
-    fp32 matrix fits ``cache_bytes``, else each chunk is decoded when asked for. Opening and the
-    first two-stage answer therefore decode only the reranked pages."""
+    fp16 vectors searches (row reads and the fp32 cache: `LazyTokens`). Opening and the first
+    two-stage answer therefore decode only the reranked pages."""
 
     def __init__(self, index: CandidateIndex, slots: np.ndarray, cache_bytes: int = 0):
         self.index = index
         self.rows, self.bounds = gather_pages(index.slot_bounds, np.asarray(slots, np.int64))
-        self.dtype = np.dtype(np.float32)
-        self.shape = (len(self.rows), int(index.centroids.shape[1]))
-        self.ndim = 2
-        self.cache_bytes = cache_bytes
-        self._dense: np.ndarray | None = None
+        super().__init__(len(self.rows), int(index.centroids.shape[1]), cache_bytes)
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        if self._dense is None and isinstance(key, slice) and self._fits():
-            self._dense = self.index.decode_rows(self.rows)
-        if self._dense is not None:
-            return self._dense[key]
-        return self.index.decode_rows(self.rows[key])
-
-    def _fits(self) -> bool:
-        return self.shape[0] * self.shape[1] * 4 <= self.cache_bytes
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self[:]
-        return out if dtype is None else out.astype(dtype)
+    def _read(self, rows: np.ndarray) -> np.ndarray:
+        return self.index.decode_rows(self.rows[rows])

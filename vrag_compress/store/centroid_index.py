@@ -45,6 +45,7 @@ from vrag_compress.store import segments as seg
 from vrag_compress.store import tuning
 from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
+from vrag_compress.store.maxsim import parallel_map
 
 log = logging.getLogger(__name__)
 
@@ -164,38 +165,53 @@ class CentroidIndexes:
         return index.k + probed + tail + rerank
 
     def candidates(
-        self, snap: Any, query: np.ndarray, allowed: np.ndarray | None
+        self, snap: Any, query: np.ndarray, allowed: np.ndarray | None, threads: int = 1
     ) -> np.ndarray | None:
         """Snapshot positions to rerank exactly (sorted), or None when there is no index.
 
-        ``allowed`` (sorted snapshot positions passing a filter) restricts the candidates."""
+        ``allowed`` (sorted snapshot positions passing a filter) restricts the candidates;
+        ``threads`` split the page-list work (`CandidateIndex.touched_scores`)."""
+        found = self.candidates_many(snap, [query], allowed, threads)
+        return None if found is None else found[0]
+
+    def candidates_many(
+        self, snap: Any, queries: list[np.ndarray], allowed: np.ndarray | None, threads: int = 1
+    ) -> list[np.ndarray] | None:
+        """`candidates` of several queries, one query per thread (the index, its slot map and
+        parameters are read once, here; the threads touch no catalog)."""
         index = self.current()
         if index is None:
             return None
         if len(snap.pids) == 0:
-            return np.empty(0, dtype=np.int64)
+            return [np.empty(0, dtype=np.int64) for _ in queries]
         slot_map = self._slot_map(snap, index)
         params = self.params(index, len(snap.pids))
-        scorer = self.ctx.scorer
-        if scorer is not None:  # centroid product, top cells and list scatter-max on a GPU
-            slots = np.arange(index.n_slots, dtype=np.int64)
-            scores = scorer.page_scores(index, query, params.nprobe)
-        else:
-            slots, scores, _ = index.touched_scores(query, params.nprobe)
         ok = None if allowed is None else np.zeros(len(snap.pids), dtype=bool)
         if ok is not None:
             ok[allowed] = True
-        pos = slot_map.slot_pos[slots]
-        live = pos >= 0
-        if ok is not None:
-            live &= ok[np.maximum(pos, 0)]
-        chosen = pos[cz.top_pages(scores, live, params.rerank)]
-        if len(chosen) < params.rerank:  # the lists named few pages: fill up with others
-            chosen = _fill(chosen, params.rerank, len(snap.pids), ok)
         unindexed = slot_map.unindexed
         if ok is not None:
             unindexed = unindexed[ok[unindexed]]
-        return np.union1d(chosen, unindexed)
+
+        def one(query: np.ndarray, threads: int) -> np.ndarray:
+            scorer = self.ctx.scorer
+            if scorer is not None:  # centroid product, top cells and list scatter-max on a GPU
+                slots = np.arange(index.n_slots, dtype=np.int64)
+                scores = scorer.page_scores(index, query, params.nprobe)
+            else:
+                slots, scores, _ = index.touched_scores(query, params.nprobe, threads)
+            pos = slot_map.slot_pos[slots]
+            live = pos >= 0
+            if ok is not None:
+                live &= ok[np.maximum(pos, 0)]
+            chosen = pos[cz.top_pages(scores, live, params.rerank)]
+            if len(chosen) < params.rerank:  # the lists named few pages: fill up with others
+                chosen = _fill(chosen, params.rerank, len(snap.pids), ok)
+            return np.union1d(chosen, unindexed)
+
+        if len(queries) == 1:
+            return [one(queries[0], threads)]
+        return parallel_map(lambda q: one(q, 1), queries, threads)
 
     def _slot_map(self, snap: Any, index: cand.CandidateIndex) -> _SlotMap:
         key = (int(snap.generation), str(index.manifest["id"]))

@@ -29,10 +29,16 @@ class StoreOptions:
     nprobe: int = 32
     segment_max_bytes: int = 1 << 30
     cache_fp32_max_bytes: int = 1 << 30
-    verify_on_open_max_bytes: int = 256 << 20
+    # open also runs quick_check and every row and vector CRC while the catalog and segment
+    # files take at most this many bytes (0: never); above, those checks, which grow with the
+    # collection, are `verify`'s and open stays O(1)
+    verify_on_open_max_bytes: int = 64 << 20
     check_on_open: bool = True
     chunk_tokens: int | None = None  # None: as large as a 256 MB score block allows
-    threads: int = 1  # extra chunk threads on top of BLAS's own
+    # threads one search uses: a two-stage query splits its page-list work and rerank over
+    # them, several queries (search_many) run one per thread, an exact pass splits its chunks;
+    # BLAS runs one thread meanwhile (1: BLAS threads the products itself)
+    threads: int = 1
     # centroid-code candidate index (centroid_index.py): trained automatically once the store
     # holds this many vectors (0 or less: only by `optimize`); probes and rerank depth follow
     # the collection size unless fixed here

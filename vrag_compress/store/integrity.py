@@ -9,6 +9,7 @@ snapshot began, the check runs again on a fresh one; only a problem that holds s
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -66,7 +67,10 @@ def _verify_once(
 
 
 def check_on_open(ctx: StoreContext) -> None:
-    """Cheap checks on every open: catalog quick_check, segment sizes, CRCs for small stores."""
+    """Cheap checks on every open: the meta checksum and counters, segment files present and
+    long enough. SQLite's ``quick_check`` and every row and vector CRC grow with the collection,
+    so they run at open only while the store is small (`_checks_all_on_open`), else in `verify`;
+    a search checks the CRCs of the rows it returns (`check_hit_rows`)."""
     problems = _stable(ctx, lambda: _open_problems(ctx), bool)
     if problems:
         file, _, detail = problems[0].partition(": ")
@@ -79,16 +83,34 @@ def check_on_open(ctx: StoreContext) -> None:
 def _open_problems(ctx: StoreContext) -> list[str]:
     problems: list[str] = []
     with ctx.catalog.snapshot() as conn:
-        bad = cat.integrity_problems(conn, quick=True)
-        if bad:
-            return [f"{ctx.catalog.path}: quick_check: {bad[0]}"]
-        live = cat.live_vectors(conn)
-        full = live * ctx.row_bytes <= ctx.options.verify_on_open_max_bytes
+        seg_rows = cat.segment_rows(conn)
+        full = _checks_all_on_open(ctx, seg_rows)
+        if full:
+            bad = cat.integrity_problems(conn, quick=True)
+            if bad:
+                return [f"{ctx.catalog.path}: quick_check: {bad[0]}"]
         _check_meta(ctx, conn, problems)
         if full:
             _check_documents(ctx, conn, problems)
-        _check_pages(ctx, conn, problems, [], full=full)
+            _check_pages(ctx, conn, problems, [], full=True)
+        else:
+            _check_segment_files(ctx, seg_rows, problems, [])
     return problems
+
+
+def _checks_all_on_open(ctx: StoreContext, seg_rows: dict[int, int]) -> bool:
+    """Whether open can afford every check: the catalog and committed segment bytes together
+    are at most ``verify_on_open_max_bytes`` (file sizes only: nothing is read to decide)."""
+    limit = ctx.options.verify_on_open_max_bytes
+    if limit <= 0:
+        return False
+    size = sum(seg_rows.values()) * ctx.row_bytes
+    for suffix in ("", "-wal"):
+        try:
+            size += os.stat(f"{ctx.catalog.path}{suffix}").st_size
+        except FileNotFoundError:
+            pass
+    return size <= limit
 
 
 def _stable(ctx: StoreContext, check: Callable[[], T], failed: Callable[[T], bool]) -> T:
@@ -259,3 +281,37 @@ def _check_page_row(
             problems.append(
                 f"{ctx.segment_path(sid)}: vectors of page {page_id!r} fail their checksum"
             )
+
+
+def check_hit_rows(ctx: StoreContext, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+    """Row and vector CRCs of the pages a search returns (a handful: cheap), so damage that
+    open no longer looks for is reported where it is met. ``rows`` are `HIT_CHECKED` rows."""
+    seg_rows: dict[int, int] | None = None
+    for row in rows:
+        page_id, doc_id, page_no, meta, image_ref, text, sid, off, n, vcrc, rcrc = row[1:]
+        if (
+            cat.page_row_crc(page_id, doc_id, page_no, meta, image_ref, text, sid, off, n, vcrc)
+            != rcrc
+        ):
+            raise StoreCorruptError(
+                str(ctx.catalog.path), f"page {page_id!r} fails its row checksum; run `verify`"
+            )
+        if sid == seg.NO_SEGMENT and not ctx.fp16:  # vectors only as codes: the index's
+            continue
+        seg_rows = cat.segment_rows(conn) if seg_rows is None else seg_rows
+        if sid not in seg_rows or n < 1 or off < 0 or off + n > seg_rows[sid]:
+            raise StoreCorruptError(
+                str(ctx.catalog.path),
+                f"page {page_id!r} points outside the committed rows of segment {sid}",
+            )
+        try:
+            vectors = ctx.vectors(sid, seg_rows[sid], off, n)
+        except FileNotFoundError:  # a compaction replaced the file (checking what it copied)
+            continue
+        if seg.vectors_crc(vectors) != vcrc:
+            raise StoreCorruptError(
+                str(ctx.segment_path(sid)), f"vectors of page {page_id!r} fail their checksum"
+            )
+
+
+HIT_CHECKED = cat.HIT + ", segment_id, row_offset, n_vectors, vec_crc, row_crc"

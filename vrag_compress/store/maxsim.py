@@ -5,18 +5,20 @@ Pages are contiguous row ranges of one ``[T, D]`` matrix described by ``bounds``
 ascending row offsets). One BLAS product per chunk scores every query token against every page
 token, then ``np.maximum.reduceat`` takes each page's max per query token and ``np.add.reduceat``
 sums over each query's tokens. Chunks bound the temporary ``[M, chunk]`` score matrix and let fp16
-storage be converted to fp32 a slice at a time. BLAS threads the product; ``threads > 1`` also
-runs chunks on a thread pool (numpy releases the GIL in the product and the reductions), which
-only pays when BLAS itself runs single-threaded. Many queries are split into blocks of whole
-queries so that the score block stays bounded too. Sums are fp32 (the store) or fp64 (the
-evaluations, whose metrics compare scores across compressors).
+storage be converted to fp32 a slice at a time. With ``threads = 1`` BLAS threads the product
+itself; ``threads > 1`` splits the pages into at least that many chunks scored on a thread pool
+(numpy releases the GIL in the product and the reductions) with BLAS on one thread meanwhile, so
+the two never oversubscribe the cores. Many queries are split into blocks of whole queries so
+that the score block stays bounded too. Sums are fp32 (the store) or fp64 (the evaluations, whose
+metrics compare scores across compressors).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -132,18 +134,37 @@ def _score_block(
     out = np.empty((len(queries), len(bounds) - 1), dtype=sum_dtype)
     # tokens decoded on demand (no fp16 store) are chunked like fp16: one chunk's fp32 at a time
     dtype = tokens.dtype if isinstance(tokens, np.ndarray) else np.dtype(np.float16)
-    chunks = page_chunks(bounds, chunk_tokens or auto_chunk(len(q), dtype))
+    chunk = chunk_tokens or auto_chunk(len(q), dtype)
+    if threads > 1:  # every thread gets a share
+        chunk = min(chunk, -(-int(bounds[-1]) // threads))
+    chunks = page_chunks(bounds, chunk)
 
     def run(chunk: tuple[int, int]) -> None:
         out[:, chunk[0] : chunk[1]] = _score_chunk(q, q_starts, tokens, bounds, *chunk, sum_dtype)
 
-    if threads <= 1 or len(chunks) == 1:
-        for chunk in chunks:
-            run(chunk)
-    else:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(run, chunks))
+    parallel_map(run, chunks, threads)
     return out
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
+    """``[fn(x) for x in items]`` on ``threads`` threads (BLAS on one thread meanwhile), in
+    order. Pools are shared per thread count and kept (no start-up cost per search); ``fn``
+    must not call `parallel_map` itself with more than one thread (it would wait on its own
+    pool)."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="vrag-search")
+    with one_blas_thread():
+        return list(pool.map(fn, items))
 
 
 _BLAS: Any = None
@@ -152,7 +173,9 @@ _BLAS: Any = None
 def one_blas_thread() -> Any:
     """Context running BLAS on one thread: for small products (a rerank of a few hundred pages)
     waking threads costs more than it saves (5 ms against 36 ms for 300 pages, measured on a
-    loaded 2-core machine)."""
+    loaded 2-core machine), and search threads (`parallel_map`, whose caller holds it for them)
+    must not each wake BLAS's own. The setting is process-wide, and threadpoolctl lets only
+    one thread change OpenBLAS's, so the caller that starts threads sets and restores it."""
     global _BLAS
     from threadpoolctl import ThreadpoolController
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from vrag_compress.store import catalog as cat
+from vrag_compress.store import integrity
 from vrag_compress.store.ann import TokenIndex
 from vrag_compress.store.base import SearchResult, StoreCorruptError
 from vrag_compress.store.centroid_index import CentroidIndexes, damage_advice
@@ -30,7 +32,13 @@ from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filter_sql import compile_filter
 from vrag_compress.store.fusion import check_alpha, fuse
 from vrag_compress.store.lexical import LexicalIndex
-from vrag_compress.store.maxsim import gather_pages, maxsim_scores, one_blas_thread, top_k
+from vrag_compress.store.maxsim import (
+    gather_pages,
+    maxsim_scores,
+    one_blas_thread,
+    parallel_map,
+    top_k,
+)
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.text_engine import TextEngine
 from vrag_compress.store.validate import (
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 EXACT_WITHOUT_INDEX = 1_000_000  # auto's exact limit (vectors) when there is no candidate index
 SMALL_RERANK_TOKENS = 1 << 17  # reranks up to this many vectors run BLAS on one thread
 HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
+HIT_COLUMNS = len(cat.HIT.split(","))  # what `_result` unpacks
 TIE_MARGIN = 8  # extra text hits fetched so ties at the last place are ordered by page_id
 
 Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (pids, scores) best first
@@ -68,6 +77,7 @@ class Searcher:
         self.centroids = centroids
         self.lexical = LexicalIndex(ctx, text_engine or TextEngine(ctx, writable=False))
         self._ann: TokenIndex | None = None
+        self._ann_lock = threading.Lock()
 
     def search_many(
         self,
@@ -201,24 +211,40 @@ class Searcher:
                 if pos is None
                 else int((snap.bounds[pos + 1] - snap.bounds[pos]).sum())
             )
+            threads = self.ctx.options.threads if self.ctx.scorer is None else 1
             if mode == "exact" or (mode == "auto" and self._exact_is_cheaper(snap, n_tokens)):
-                return self._exact(snap, qs, k, pos)
+                return self._exact(snap, qs, k, pos, threads)
         try:
             with self._damage_named():
-                return [self._two_stage(snap, q, k, pos) for q in qs]
+                if len(qs) > 1 and threads > 1:
+                    return self._two_stage_many(snap, qs, k, pos, threads)
+                return [self._two_stage(snap, q, k, pos, threads) for q in qs]
         except StoreCorruptError as exc:
             if mode != "auto":
                 raise
             advice = damage_advice(self.ctx.fp16)
             log.warning("candidate index unusable (%s); searched exactly instead; %s", exc, advice)
         with self._damage_named():
-            return self._exact(snap, qs, k, pos)
+            return self._exact(snap, qs, k, pos, threads)
 
     def _damage_named(self) -> contextlib.AbstractContextManager[None]:
         """Errors that a damaged candidate index raises, as store errors naming its file."""
         if self.centroids is None:
             return contextlib.nullcontext()
         return self.centroids.damage_named()
+
+    def _two_stage_many(
+        self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None, threads: int
+    ) -> Hits:
+        """Two-stage search of several queries, one query per thread (each on one thread):
+        the threads only compute (candidates from the index read once, then the reranks)."""
+        with one_blas_thread():
+            cands = self._centroid_candidates_many(snap, qs, pos, threads)
+        if cands is None:
+            return [self._two_stage(snap, q, k, pos, threads) for q in qs]
+        return parallel_map(
+            lambda i: self._rerank(snap, qs[i], k, pos, cands[i], 1), range(len(qs)), threads
+        )
 
     def _exact_is_cheaper(self, snap: Snapshot, n_tokens: int) -> bool:
         """`auto`'s choice (see the module docstring)."""
@@ -235,7 +261,9 @@ class Searcher:
             return n_tokens <= EXACT_WITHOUT_INDEX
         return n_tokens <= cost
 
-    def _exact(self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None) -> Hits:
+    def _exact(
+        self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None, threads: int
+    ) -> Hits:
         if pos is None:
             tokens, bounds, pos = snap.tokens, snap.bounds, np.arange(len(snap.pids))
         else:
@@ -246,7 +274,7 @@ class Searcher:
             scores = self.ctx.scorer.maxsim(qs, tokens, bounds, chunk_tokens=opts.chunk_tokens)
         else:
             scores = maxsim_scores(
-                qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=opts.threads
+                qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=threads
             )
         out = []
         for row in scores:
@@ -255,13 +283,29 @@ class Searcher:
         return out
 
     def _two_stage(
-        self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None
+        self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None, threads: int
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Candidates, then their exact rerank; ``threads`` split the page lists' and the
+        rerank's work."""
         on_cpu = self.ctx.scorer is None
         # a [M, K] product: waking BLAS threads costs more than it saves
         with one_blas_thread() if on_cpu else contextlib.nullcontext():
-            cand = self._centroid_candidates(snap, q, pos)
-        if cand is None:  # no centroid index: candidates from the FAISS token index
+            cand = self._centroid_candidates(snap, q, pos, threads)
+        return self._rerank(snap, q, k, pos, cand, threads)
+
+    def _rerank(
+        self,
+        snap: Snapshot,
+        q: np.ndarray,
+        k: int,
+        pos: np.ndarray | None,
+        cand: np.ndarray | None,
+        threads: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k among the candidates (None: no centroid index, the FAISS token index
+        names them)."""
+        on_cpu = self.ctx.scorer is None
+        if cand is None:
             ann = self._token_index(snap)
             cand = snap.positions(ann.candidates(q, self.ctx.options.candidates_per_token))
         if pos is not None:
@@ -272,19 +316,29 @@ class Searcher:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         small = int((snap.bounds[cand + 1] - snap.bounds[cand]).sum()) <= SMALL_RERANK_TOKENS
         with one_blas_thread() if small and on_cpu else contextlib.nullcontext():
-            return self._exact(snap, [q], k, cand)[0]
+            return self._exact(snap, [q], k, cand, threads)[0]
 
     def _centroid_candidates(
-        self, snap: Snapshot, q: np.ndarray, pos: np.ndarray | None
+        self, snap: Snapshot, q: np.ndarray, pos: np.ndarray | None, threads: int
     ) -> np.ndarray | None:
         """Pages to rerank from the centroid index; None without one (the caller then uses
         the token index). A damaged one raises `StoreCorruptError` (auto mode falls back to
         exact search)."""
+        found = self._centroid_candidates_many(snap, [q], pos, threads)
+        return None if found is None else found[0]
+
+    def _centroid_candidates_many(
+        self, snap: Snapshot, qs: list[np.ndarray], pos: np.ndarray | None, threads: int
+    ) -> list[np.ndarray] | None:
         if self.centroids is None:
             return None
-        return self.centroids.candidates(snap, q, pos)
+        return self.centroids.candidates_many(snap, qs, pos, threads)
 
     def _token_index(self, snap: Snapshot) -> TokenIndex:
+        with self._ann_lock:  # queries on several threads share one index
+            return self._synced_token_index(snap)
+
+    def _synced_token_index(self, snap: Snapshot) -> TokenIndex:
         opts = self.ctx.options
         if self._ann is None:
             self._ann = TokenIndex(
@@ -300,10 +354,12 @@ class Searcher:
         return np.array(sorted(pids), dtype=np.int64)
 
     def _rows(self, pids: list[int], drop_missing: bool) -> dict[int, tuple] | None:
-        """`cat.HIT` rows of these pages by pid; None when one vanished meanwhile (a concurrent
-        delete), unless ``drop_missing``, which leaves such pages out."""
-        with self.ctx.catalog.read() as conn:
-            rows = {r[0]: r for r in cat.pages_by_pid(conn, pids, cat.HIT)}
+        """`cat.HIT` rows of these pages by pid, their checksums checked; None when one vanished
+        meanwhile (a concurrent delete), unless ``drop_missing``, which leaves such pages out."""
+        with self.ctx.catalog.snapshot() as conn:  # rows and segment lengths agree
+            checked = cat.pages_by_pid(conn, pids, integrity.HIT_CHECKED)
+            integrity.check_hit_rows(self.ctx, conn, checked)
+        rows = {r[0]: r[:HIT_COLUMNS] for r in checked}
         if len(rows) < len(pids) and not drop_missing:
             return None
         return rows

@@ -2,10 +2,11 @@
 token matrix, rebuilt only when a writer committed since.
 
 A snapshot is read in one catalog read transaction, and segments are mapped only up to their
-committed lengths, so a reader never sees uncommitted pages. The token matrix is fp32 while it
-fits ``cache_fp32_max_bytes``, else fp16 (a single large segment in page order is mapped, not
-copied). A store without fp16 vectors decodes its pages' codes from the candidate index committed
-in the same transaction, on demand (`CodedTokens`).
+committed lengths, so a reader never sees uncommitted pages. Loading one reads the page list,
+never the vectors: the token matrix reads the segment maps on demand (`SegmentTokens`: a rerank
+reads its pages' rows; the first exact search keeps an fp32 copy while it fits
+``cache_fp32_max_bytes``). A store without fp16 vectors decodes its pages' codes from the
+candidate index committed in the same transaction, on demand (`CodedTokens`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vrag_compress.store import catalog as cat
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
-from vrag_compress.store.maxsim import gather_pages
+from vrag_compress.store.token_rows import SegmentTokens
 
 
 @dataclass
@@ -88,33 +89,38 @@ class Snapshots:
             np.cumsum(lengths, out=bounds[1:])
             coded = not self.ctx.fp16 and bool((seg_ids == seg.NO_SEGMENT).any())
             if not coded or self.coded is None:  # fp16 rows (also a no-fp16 store's staged ones)
-                tokens = self._gather_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
+                tokens = self._segment_tokens(seg_ids, offsets, lengths, bounds, seg_rows)
             else:
                 tokens = self.coded(conn, pids)
         order = np.argsort(pids)
         return Snapshot(gen, pids.copy(), bounds, tokens, pids[order], order)
 
-    def _gather_tokens(
+    def _segment_tokens(
         self,
         seg_ids: np.ndarray,
         offsets: np.ndarray,
         lengths: np.ndarray,
         bounds: np.ndarray,
         seg_rows: dict[int, int],
-    ) -> np.ndarray:
-        dim, maps = self.ctx.dim, self.ctx.maps
-        total = int(bounds[-1])
-        fp32 = total * dim * 4 <= self.ctx.options.cache_fp32_max_bytes
-        dtype = np.float32 if fp32 else np.float16
-        unique = np.unique(seg_ids)
-        if not fp32 and len(unique) == 1:  # large single segment in page order: map, don't copy
-            sid = int(unique[0])
-            if (offsets == bounds[:-1]).all():
-                return maps.rows(sid, seg_rows[sid], dim)[:total]
-        tokens = np.empty((total, dim), dtype=dtype)
-        for sid in unique.tolist():
-            sel = np.flatnonzero(seg_ids == sid)
-            dst, _ = gather_pages(bounds, sel)
-            src = dst - np.repeat(bounds[sel] - offsets[sel], lengths[sel])
-            tokens[dst] = maps.rows(sid, seg_rows[sid], dim)[src]
-        return tokens
+    ) -> SegmentTokens:
+        """The pages' fp16 rows read from the segment maps on demand (nothing copied here);
+        each page's rows must lie inside its segment's committed rows."""
+        dim = self.ctx.dim
+        unique = np.unique(seg_ids).tolist()
+        for sid in unique:
+            sel = seg_ids == sid
+            committed = seg_rows.get(sid, -1)
+            if (
+                committed < 0
+                or (offsets[sel] < 0).any()
+                or (lengths[sel] < 1).any()
+                or (offsets[sel] + lengths[sel] > committed).any()
+            ):
+                raise StoreCorruptError(
+                    str(self.ctx.catalog.path),
+                    f"pages point outside the committed rows of segment {sid}; run `verify`",
+                )
+        maps = {sid: self.ctx.maps.rows(sid, seg_rows[sid], dim) for sid in unique}
+        return SegmentTokens(
+            maps, seg_ids, offsets, bounds, dim, self.ctx.options.cache_fp32_max_bytes
+        )
