@@ -50,25 +50,29 @@ def _foreign_folder(tmp_path, url: str):
 def test_a_foreign_pointer_does_not_receive_the_api_key(tmp_path, monkeypatch, sent):
     monkeypatch.setenv("QDRANT_API_KEY", SECRET)
     monkeypatch.delenv("QDRANT_API_KEY_HOSTS", raising=False)
-    folder = _foreign_folder(tmp_path, "qdrants://collector.example:6333/stolen")
+    monkeypatch.delenv("VRAG_QDRANT_URL", raising=False)
+    for url in ("qdrants://collector.example:6333/stolen", "qdrant://127.0.0.1:16333/x"):
+        pointer = read_store_pointer(_foreign_folder(tmp_path / url.split("/")[2], url))
+        assert isinstance(pointer, StorePointer)
+        assert api_key_for(pointer) is None  # loopback is no exception: anyone may listen there
+        with pytest.raises(ConnectionRefusedError):
+            open_store(pointer)
+    assert [c["api_key"] for c in sent] == [None, None]  # connected without the key
 
-    pointer = read_store_pointer(folder)
-    assert isinstance(pointer, StorePointer)
-    with pytest.raises(StoreInputError, match="collector.example, which you have not named"):
-        open_store(pointer)
-    assert sent == []  # no client was ever built, so the key went nowhere
 
-
-def test_a_named_host_gets_the_key(tmp_path, monkeypatch):
+def test_a_server_the_user_named_gets_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("QDRANT_API_KEY", SECRET)
-    folder = _foreign_folder(tmp_path, "qdrants://mine.example:6333/docs")
-    pointer = read_store_pointer(folder)
+    monkeypatch.delenv("QDRANT_API_KEY_HOSTS", raising=False)
+    pointer = read_store_pointer(_foreign_folder(tmp_path, "qdrants://mine.example:6333/docs"))
+    monkeypatch.setenv("VRAG_QDRANT_URL", "qdrants://MINE.example:6333")
+    assert api_key_for(pointer) == SECRET
+    monkeypatch.setenv("VRAG_QDRANT_URL", "qdrants://mine.example:7000")  # another port
+    assert api_key_for(pointer) is None
+    monkeypatch.delenv("VRAG_QDRANT_URL")
     monkeypatch.setenv("QDRANT_API_KEY_HOSTS", "other.example, MINE.example")
     assert api_key_for(pointer) == SECRET
     monkeypatch.delenv("QDRANT_API_KEY_HOSTS")
     assert api_key_for("qdrants://mine.example:6333/docs") == SECRET  # typed by the user
-    local = read_store_pointer(_foreign_folder(tmp_path / "x", "qdrant://localhost:6333/docs"))
-    assert api_key_for(local) == SECRET  # this machine
 
 
 def test_the_key_is_never_sent_over_plain_http_to_another_machine(sent):

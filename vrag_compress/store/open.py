@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
 from vrag_compress.store.local import LocalStore
@@ -16,8 +17,10 @@ from vrag_compress.store.validate import StoreInputError
 
 QDRANT_PREFIXES = ("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://")
 API_KEY_ENV = "QDRANT_API_KEY"
-# Comma-separated hosts that may receive QDRANT_API_KEY when an index folder (not the user)
-# names the server.
+# The Qdrant server the user names for this shell: an index folder whose store.json points at the
+# same host and port gets QDRANT_API_KEY; any other folder's server never does.
+USER_URL_ENV = "VRAG_QDRANT_URL"
+# Comma-separated host[:port] names that may also receive QDRANT_API_KEY from a folder's pointer.
 API_KEY_HOSTS_ENV = "QDRANT_API_KEY_HOSTS"
 POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
 
@@ -70,33 +73,64 @@ def open_store(
     if is_store_url(target):
         from vrag_compress.store.qdrant import QdrantStore
 
+        withheld = key_withheld(target) if "api_key" not in options else None
         options.setdefault("api_key", api_key_for(target))
-        return QdrantStore.open(str(target), readonly=readonly, expect=expect, **options)
+        try:
+            return QdrantStore.open(str(target), readonly=readonly, expect=expect, **options)
+        except Exception as error:
+            if withheld and getattr(error, "status_code", None) in (401, 403):
+                refused = f"the Qdrant server refused the connection: {withheld}"
+                raise StoreInputError(refused) from None
+            raise
     return LocalStore.open(Path(target), readonly=readonly, expect=expect, **options)
 
 
 def api_key_for(target: str | os.PathLike[str]) -> str | None:
-    """``QDRANT_API_KEY`` for a server the user named; None when it is unset or not needed.
+    """``QDRANT_API_KEY`` for a server the user named in this invocation; None otherwise.
 
-    A URL from an index folder's store.json (a :class:`StorePointer`) gets the key only for a
-    loopback host or one listed in ``QDRANT_API_KEY_HOSTS``: a folder from someone else must not
-    choose where the key goes. Otherwise this raises a clear error instead of a confusing 401."""
+    A URL the user gave (``--store``, ``store=``) gets the key. A URL read from an index folder's
+    store.json (a :class:`StorePointer`) gets it only when the user named the same server too:
+    ``VRAG_QDRANT_URL`` with that host and port, or the host in ``QDRANT_API_KEY_HOSTS``. Whoever
+    wrote the folder must not choose where the key goes, and a loopback port is no exception (any
+    local user can listen there): without a match the store connects without the key."""
     key = os.environ.get(API_KEY_ENV) or None
     if key is None or not isinstance(target, StorePointer):
         return key
-    from vrag_compress.store.qdrant import is_loopback, parse_qdrant_url
+    return key if _user_named(str(target)) else None
 
-    host = parse_qdrant_url(str(target)).host
-    if host is None or is_loopback(host):
-        return key
-    named = {h.strip().lower() for h in os.environ.get(API_KEY_HOSTS_ENV, "").split(",")}
-    if host.lower() in named:
-        return key
-    raise StoreInputError(
-        f"{target.folder / POINTER_NAME} points at the Qdrant server {host}, which you have not "
-        f"named, so {API_KEY_ENV} is not sent there. If you trust it, pass the URL yourself "
-        f"(--store / store=) or add {host} to {API_KEY_HOSTS_ENV}"
+
+def key_withheld(target: str | os.PathLike[str]) -> str | None:
+    """Why ``QDRANT_API_KEY`` is not sent to ``target``'s server (None when it is, or unset)."""
+    if not os.environ.get(API_KEY_ENV) or not isinstance(target, StorePointer):
+        return None
+    if _user_named(str(target)):
+        return None
+    from vrag_compress.store.qdrant import parse_qdrant_url
+
+    where = parse_qdrant_url(str(target))
+    return (
+        f"{API_KEY_ENV} was not sent to {where.host}:{where.port}, which "
+        f"{target.folder / POINTER_NAME} names and you did not; if you trust it, set "
+        f"{USER_URL_ENV}=qdrant://{where.host}:{where.port} or pass the URL with --store / store="
     )
+
+
+def _user_named(url: str) -> bool:
+    """Whether the user named this server: ``VRAG_QDRANT_URL`` or ``QDRANT_API_KEY_HOSTS``."""
+    from vrag_compress.store.qdrant import parse_qdrant_url
+
+    where = parse_qdrant_url(url)
+    if where.host is None:
+        return False
+    named = urlsplit(os.environ.get(USER_URL_ENV, "").strip())
+    try:
+        same_port = (named.port or 6333) == where.port
+    except ValueError:  # not a port number: names nothing
+        same_port = False
+    if (named.hostname or "").lower() == where.host.lower().strip("[]") and same_port:
+        return True
+    hosts = {h.strip().lower() for h in os.environ.get(API_KEY_HOSTS_ENV, "").split(",")}
+    return where.host.lower() in hosts or f"{where.host}:{where.port}".lower() in hosts
 
 
 def absolute_store_url(url: str) -> str:
