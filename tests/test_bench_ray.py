@@ -1,0 +1,32 @@
+"""Smoke test of `vrag bench ray` (a benchmark that crashes is a bug): one actor, one small PDF."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+
+def test_bench_ray_reports_pages_per_second(shared_data: Path, tmp_path: Path) -> None:
+    pdf = shared_data / "pdfs" / "gov" / "senate-expenditures.pdf"
+    report = tmp_path / "ray.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": str(tmp_path)}
+    args = ["bench", "ray", str(pdf), "--workers", "1", "--no-images", "--json", str(report)]
+    subprocess.run(
+        [sys.executable, "-m", "vrag_compress", *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    result = json.loads(report.read_text())
+    (run,) = result["runs"]
+    assert run["actors"] == 1 and run["pages"] > 0 and run["pages_per_s"] > 0
+    assert run["ratio"] == 1.0
