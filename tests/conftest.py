@@ -32,3 +32,17 @@ def make_old() -> Callable[[Path], None]:
         conn.close()
 
     return downgrade
+
+
+@pytest.fixture(scope="module")
+def law_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """A tiny-model index of one real page (a court transcript) with metadata team=law: the
+    server's hostile-input and fuzz tests copy it rather than build their own."""
+    from vrag_compress import VisualIndex, get_compressor
+
+    path = tmp_path_factory.mktemp("law") / "base.vrag"
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    with VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor) as index:
+        pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+        index.add([pdf], metadata={"team": "law"}, progress=False, ocr="never")
+    return path

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,15 +19,19 @@ pytestmark = pytest.mark.slow
 def test_bench_ray_reports_pages_per_second(shared_data: Path, tmp_path: Path) -> None:
     pdf = shared_data / "pdfs" / "gov" / "senate-expenditures.pdf"
     report = tmp_path / "ray.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": str(tmp_path)}
+    short = Path(tempfile.mkdtemp(prefix="vr", dir="/tmp"))  # Ray's socket paths must stay short
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": str(short)}
     args = ["bench", "ray", str(pdf), "--workers", "1", "--no-images", "--json", str(report)]
-    subprocess.run(
-        [sys.executable, "-m", "vrag_compress", *args],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "vrag_compress", *args],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
     result = json.loads(report.read_text())
     (run,) = result["runs"]
     assert run["actors"] == 1 and run["pages"] > 0 and run["pages_per_s"] > 0

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from starlette import testclient
 
-from vrag_compress import VisualIndex, get_compressor
+from vrag_compress import VisualIndex
 from vrag_compress.serve import ServeConfig, create_app
 
 KEY = "fuzz-key"
@@ -173,23 +173,21 @@ def other_requests(draw) -> tuple[str, str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def built(shared_data, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("fuzz") / "base.vrag"
-    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor) as index:
-        pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
-        index.add([pdf], metadata={"team": "law"}, progress=False, ocr="never")
-    return path
+def built(law_index: Path) -> Path:
+    return law_index
 
 
 @pytest.fixture()
 def served(built, tmp_path, caplog):
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
+    from langchain_vrag_compress import LangChainChatModel
 
     index_dir = tmp_path / "served.vrag"
     shutil.copytree(built, index_dir)
-    chat = GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
+    chat = LangChainChatModel(
+        GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
+    )
     app = create_app(ServeConfig(index_dir, api_key=KEY, ocr="never"), chat_model=chat)
     with caplog.at_level(logging.INFO):
         with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:

@@ -13,7 +13,6 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app
 from vrag_compress.store.filters import MAX_CONDITIONS, MAX_IN_VALUES
@@ -71,13 +70,8 @@ HOSTILE_FILTERS = [
 
 
 @pytest.fixture(scope="module")
-def built(shared_data, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("hostile") / "base.vrag"
-    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor) as index:
-        pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
-        index.add([pdf], metadata={"team": "law"}, progress=False, ocr="never")
-    return path
+def built(law_index: Path) -> Path:
+    return law_index
 
 
 @pytest.fixture()
@@ -91,8 +85,11 @@ def index_dir(built, tmp_path) -> Path:
 def client(index_dir, caplog):
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
+    from langchain_vrag_compress import LangChainChatModel
 
-    chat = GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
+    chat = LangChainChatModel(
+        GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
+    )
     config = ServeConfig(index_dir, api_key=KEY, ocr="never")
     with (
         caplog.at_level(logging.INFO),

@@ -25,7 +25,8 @@ def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 @pytest.fixture(scope="module")
 def client(index_dir: Path):
-    with TestClient(create_app(ServeConfig(index_dir, api_key="k", ocr="never"))) as client:
+    app = create_app(ServeConfig(index_dir, api_key="k", ocr="never"))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         yield client
 
 
