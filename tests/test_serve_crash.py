@@ -19,6 +19,13 @@ from vrag_compress.bench.serve import free_port, start_server
 KEY = "crash-test-key"
 
 
+def empty_index(path: Path) -> Path:
+    """A new tiny-model index the server indexes uploads into, one page per batch."""
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor, batch_size=1).close()
+    return path
+
+
 def start(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
     return start_server(index_dir, port, log, "--api-key", KEY, "--ocr", "never", timeout=180)
 
@@ -26,11 +33,7 @@ def start(index_dir: Path, port: int, log: Path) -> subprocess.Popen:
 @pytest.mark.slow
 def test_kill_9_during_upload_verifies_and_resumes(shared_data, tmp_path):
     pdf = shared_data / "pdfs" / "icdar2013" / "eu-004.pdf"  # 15 pages
-    index_dir = tmp_path / "crash.vrag"
-    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
-    VisualIndex.create(
-        index_dir, model="tiny-colqwen2", compressor=compressor, batch_size=1
-    ).close()
+    index_dir = empty_index(tmp_path / "crash.vrag")
     port, log = free_port(), tmp_path / "server.log"
     base = f"http://127.0.0.1:{port}"
     server = start(index_dir, port, log)
@@ -109,11 +112,7 @@ def test_kill_9_with_queued_uploads_keeps_their_metadata_and_job_ids(shared_data
     pages), the finished job's id answered 404, and an upload refused for a NaN in its
     metadata was indexed. Now every page carries its metadata and every job id answers."""
     pdfs = shared_data / "pdfs" / "icdar2013"
-    index_dir = tmp_path / "queued.vrag"
-    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
-    VisualIndex.create(
-        index_dir, model="tiny-colqwen2", compressor=compressor, batch_size=1
-    ).close()
+    index_dir = empty_index(tmp_path / "queued.vrag")
     port, log = free_port(), tmp_path / "server.log"
     base = f"http://127.0.0.1:{port}"
     server = start(index_dir, port, log)

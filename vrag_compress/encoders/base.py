@@ -13,6 +13,12 @@ class EncodingError(ValueError):
     """An encoding's arrays are malformed (wrong shape, dtype or NaN)."""
 
 
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """float32 rows scaled to unit L2 norm (an all-zero row stays zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
 @dataclass
 class PageEncoding:
     """One page's visual-token vectors and, optionally, the decoder attention statistics.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class EncoderLoadError(RuntimeError):
     """A model could not be loaded: missing weights, unsupported architecture, bad device."""
@@ -37,3 +39,10 @@ def model_not_found_message(model: str, reason: str) -> str:
         "run offline, but they are random models whose vectors are meaningless for retrieval "
         "(tests and smoke runs only)."
     )
+
+
+def check_text_queries(queries: Sequence[str]) -> None:
+    """Every query a non-empty string (blank ones have no tokens to search with)."""
+    for i, query in enumerate(queries):
+        if not isinstance(query, str) or not query.strip():
+            raise EncoderInputError(f"query {i} is empty; give a non-empty string")

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.encoders.errors import EncoderInputError, EncoderLoadError
+from vrag_compress.encoders.base import unit_rows
+from vrag_compress.encoders.errors import EncoderLoadError, check_text_queries
 from vrag_compress.encoders.tiny import cache_root
 
 EXPORT_FILES = ("query.onnx", "tokenizer.json", "query.json")
@@ -147,9 +148,7 @@ class OnnxTextQueryEncoder:
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
         """One [M, D] array of unit rows per query: every non-padding token, as the torch path."""
-        for i, query in enumerate(queries):
-            if not isinstance(query, str) or not query.strip():
-                raise EncoderInputError(f"query {i} is empty; give a non-empty string")
+        check_text_queries(queries)
         encodings = self.tokenizer.encode_batch(list(queries))
         feeds = {
             "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
@@ -162,8 +161,8 @@ class OnnxTextQueryEncoder:
             x = row[mask].astype(np.float32)
             if self.projection is not None:
                 x = x @ self.projection.T
-            out.append(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
-        return [v.astype(np.float32) for v in out]
+            out.append(unit_rows(x))
+        return out
 
     def token_labels(self, query: str) -> list[str]:
         """The query's tokens as text (for explanations), without a transformers tokenizer."""

