@@ -10,10 +10,11 @@ The node id is the page id `<doc_id>:<page_no>`, so a node and its stored page s
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo
+from llama_index.core.schema import BaseNode, ImageNode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from PIL import Image
 from vrag_compress import Hit, Page, image_base64, page_id
@@ -148,12 +149,40 @@ def hit_to_node(hit: Hit, image_mode: ImageMode = "path") -> ImageNode:
             hit.doc_id, hit.page_no, text=hit.text, source=hit.source, metadata=extra
         )
     if hit.components is not None:  # text / hybrid search: where each side ranked the page
-        node.metadata["search_components"] = hit.components
-        for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
-            if "search_components" not in keys:
-                keys.append("search_components")
+        set_search_components(node, hit.components)
     attach_image(node, hit, image_mode)
     return node
+
+
+def set_search_components(node: BaseNode, components: dict[str, Any]) -> None:
+    """Where each side of a text / hybrid search ranked the page; hidden from the LLM."""
+    node.metadata["search_components"] = components
+    for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+        if "search_components" not in keys:
+            keys.append("search_components")
+
+
+def keep_query_fields(
+    found: Sequence[BaseNode], replacements: Sequence[BaseNode], *, images: bool
+) -> list[BaseNode]:
+    """`replacements` with the query-time fields of the `found` node of the same id put back.
+
+    The replacements are the docstore copies `VectorStoreIndex` made when the nodes were added;
+    the query-time fields are `search_components` and, when the store attaches images
+    (`images`), the stored page image.
+    """
+    by_id = {node.node_id: node for node in found}
+    for node in replacements:
+        source = by_id.get(node.node_id)
+        if source is None or node is source:
+            continue
+        if "search_components" in source.metadata:
+            set_search_components(node, source.metadata["search_components"])
+        if images and isinstance(node, ImageNode) and isinstance(source, ImageNode):
+            node.image = source.image
+            node.image_path = source.image_path
+            node.image_mimetype = source.image_mimetype
+    return list(replacements)
 
 
 def attach_image(node: ImageNode, hit: Hit, mode: ImageMode) -> None:
