@@ -18,13 +18,10 @@ from llama_index.core.vector_stores.types import (
 )
 from vrag_compress import Page
 
-from llama_index.retrievers.vrag_compress import (
-    CompressedColPaliRetriever,
-    PageImageNodeParser,
-    StoreSideEmbedding,
-    VragVectorStore,
-)
-from llama_index.retrievers.vrag_compress.nodes import page_to_node
+from llama_index.readers.vrag_compress import PageImageNodeParser
+from llama_index.readers.vrag_compress.nodes import page_to_node
+from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+from llama_index.vector_stores.vrag_compress import StoreSideEmbedding, VragVectorStore
 
 CODE = "ZX-4471"  # printed in the memo's text layer only: the visual side cannot see it
 

@@ -35,17 +35,17 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from PIL import Image
 from vrag_compress import Compressor, Encoder, Page, VisualIndex, VisualIndexError
 
-from llama_index.retrievers.vrag_compress.filters import (
+from llama_index.readers.vrag_compress.nodes import node_image
+from llama_index.vector_stores.vrag_compress.filters import (
     StoreFilter,
     merge_filters,
     to_store_filter,
 )
-from llama_index.retrievers.vrag_compress.nodes import (
+from llama_index.vector_stores.vrag_compress.hits import (
     ImageMode,
     check_image_mode,
     hit_to_node,
     keep_query_fields,
-    node_image,
 )
 
 log = logging.getLogger(__name__)
