@@ -32,7 +32,9 @@ INTEGRATIONS := integrations/llama-index integrations/langchain
 $(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproject.toml \
 		$(addsuffix /pyproject.toml,$(LLAMA_INDEX))
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' $(addprefix -e ,$(LLAMA_INDEX)) \
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' \
+		-e integrations/llama-index/llama-index-readers-vrag-compress \
+		-e integrations/llama-index/llama-index-vector-stores-vrag-compress \
 		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
 		-e 'integrations/langchain[test]'
 	touch $@
