@@ -23,12 +23,20 @@ system-deps-test:
 
 install: system-deps $(VENV)/.installed
 
+# LlamaIndex: one distribution per component type (readers, vector store, retriever), as
+# LlamaIndex names them; they share integrations/llama-index/tests and its ruff.toml.
+LLAMA_INDEX := $(addprefix integrations/llama-index/llama-index-,\
+	readers-vrag-compress vector-stores-vrag-compress retrievers-vrag-compress)
 INTEGRATIONS := integrations/llama-index integrations/langchain
 
-$(VENV)/.installed: pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(INTEGRATIONS))
+$(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproject.toml \
+		$(addsuffix /pyproject.toml,$(LLAMA_INDEX))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' \
-		-e 'integrations/llama-index[dev]' -e 'integrations/langchain[test]'
+		-e integrations/llama-index/llama-index-readers-vrag-compress \
+		-e integrations/llama-index/llama-index-vector-stores-vrag-compress \
+		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
+		-e 'integrations/langchain[test]'
 	touch $@
 
 demo: install

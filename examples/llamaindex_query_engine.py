@@ -70,12 +70,8 @@ def load_llm(spec: str) -> Any:
 def index_documents(args: argparse.Namespace):
     """Add every not-yet-indexed file to the VragVectorStore through VectorStoreIndex."""
     from llama_index.core import StorageContext, VectorStoreIndex
-    from llama_index.retrievers.vrag_compress import (
-        PageImageNodeParser,
-        PDFPageReader,
-        StoreSideEmbedding,
-        VragVectorStore,
-    )
+    from llama_index.readers.vrag_compress import PageImageNodeParser, PDFPageReader
+    from llama_index.vector_stores.vrag_compress import StoreSideEmbedding, VragVectorStore
 
     store = VragVectorStore.from_path(
         args.index,

@@ -17,7 +17,7 @@ import vrag_compress
 ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_SOURCES = [
     ROOT / "integrations" / "langchain" / "langchain_vrag_compress",
-    ROOT / "integrations" / "llama-index" / "llama_index",
+    *sorted((ROOT / "integrations" / "llama-index").glob("llama-index-*/llama_index")),
 ]
 FRAMEWORKS = ("langchain", "langchain_core", "langchain_classic", "llama_index")
 INTEGRATIONS = ("langchain_vrag_compress", "llama_index")  # they depend on the core, not back

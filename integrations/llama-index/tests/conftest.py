@@ -96,7 +96,7 @@ def corpus() -> dict[str, tuple[dict, list[list[str]]]]:
 @pytest.fixture
 def corpus_nodes(encoder: WordEncoder):
     """CORPUS as page ImageNodes (inline images), with each document's metadata."""
-    from llama_index.retrievers.vrag_compress.nodes import page_to_node
+    from llama_index.readers.vrag_compress.nodes import page_to_node
 
     return [
         page_to_node(page, ref_doc_id=doc_id, metadata=metadata)

@@ -4,10 +4,12 @@ CompressedColPaliRetriever."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.schema import ImageDocument
 from llama_index.core.vector_stores.types import (
     MetadataFilter,
     MetadataFilters,
@@ -16,12 +18,10 @@ from llama_index.core.vector_stores.types import (
 )
 from vrag_compress import Page
 
-from llama_index.retrievers.vrag_compress import (
-    CompressedColPaliRetriever,
-    StoreSideEmbedding,
-    VragVectorStore,
-)
-from llama_index.retrievers.vrag_compress.nodes import page_to_node
+from llama_index.readers.vrag_compress import PageImageNodeParser
+from llama_index.readers.vrag_compress.nodes import page_to_node
+from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+from llama_index.vector_stores.vrag_compress import StoreSideEmbedding, VragVectorStore
 
 CODE = "ZX-4471"  # printed in the memo's text layer only: the visual side cannot see it
 
@@ -145,4 +145,36 @@ def test_an_index_built_from_nodes_keeps_search_components_through_our_retriever
     for mode in ("hybrid", "text_search"):
         nodes = CompressedColPaliRetriever(index, vector_store_query_mode=mode).retrieve("storm")
         assert nodes and all("search_components" in n.node.metadata for n in nodes), mode
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "text_search"])
+def test_from_documents_keeps_search_components_through_llamaindex_retriever(
+    tmp_path, encoder, corpus_nodes, mode
+):
+    # LlamaIndex's own retriever swaps every image node for the copy its docstore made at
+    # from_documents time; the query-time fields must survive that swap (sync and async).
+    documents = [
+        ImageDocument(id_=node.ref_doc_id, image=node.image, text=node.text)
+        for node in corpus_nodes
+        if node.metadata["page_no"] == 1
+    ]
+    store = VragVectorStore.from_path(tmp_path / "index", compressor="identity", encoder=encoder)
+    index = VectorStoreIndex.from_documents(
+        documents,
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        transformations=[PageImageNodeParser()],
+        embed_model=StoreSideEmbedding(),
+    )
+    assert len(index.docstore.docs) == 3  # the copies LlamaIndex's retriever swaps in
+    retriever = index.as_retriever(vector_store_query_mode=mode, similarity_top_k=3)
+    for nodes in (retriever.retrieve("storm"), asyncio.run(retriever.aretrieve("storm"))):
+        assert nodes[0].node.node_id == "weather:1"
+        assert nodes[0].node.metadata["search_components"]["text"]["rank"] == 1
+        for found in nodes:
+            components = found.node.metadata["search_components"]
+            assert components and all(side["rank"] >= 1 for side in components.values())
+            assert "search_components" in found.node.excluded_llm_metadata_keys
+            assert Path(found.node.image_path).is_relative_to(tmp_path / "index")
+            assert found.node.text.startswith("This page mentions")
     store.close()

@@ -13,7 +13,7 @@ from llama_index.core.schema import Document, ImageDocument, ImageNode
 from PIL import Image
 from vrag_compress.ingest import IngestError, open_document
 
-from llama_index.retrievers.vrag_compress import PageImageNodeParser, PDFPageReader
+from llama_index.readers.vrag_compress import PageImageNodeParser, PDFPageReader
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def python_blocks() -> list[str]:
 def _close_open_indexes(namespace: dict) -> None:
     from vrag_compress import VisualIndex
 
-    from llama_index.retrievers.vrag_compress import VragVectorStore
+    from llama_index.vector_stores.vrag_compress import VragVectorStore
 
     for value in list(namespace.values()):
         if isinstance(value, (VisualIndex, VragVectorStore)):

@@ -21,10 +21,8 @@ from llama_index.core.vector_stores.types import (
 )
 from PIL import Image
 
-from llama_index.retrievers.vrag_compress import (
-    CompressedColPaliRetriever,
-    UnsupportedFilterError,
-)
+from llama_index.retrievers.vrag_compress import CompressedColPaliRetriever
+from llama_index.vector_stores.vrag_compress import UnsupportedFilterError
 
 PLANTED = {
     "apollo moon": ("apollo", 1),
@@ -276,7 +274,7 @@ def test_async_chat_with_condensing(visual_index, mock_llm):
 
 
 def test_the_declared_minimum_llama_index_sends_images():
-    """The pyproject lower bound is a release whose query engines take `multimodal=`."""
+    """The pyprojects' lower bound is a release whose query engines take `multimodal=`."""
     import importlib.metadata
     import inspect
     import re
@@ -285,8 +283,11 @@ def test_the_declared_minimum_llama_index_sends_images():
     from llama_index.core.query_engine import RetrieverQueryEngine
     from packaging.version import Version
 
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    minimum = re.search(r'"llama-index-core>=([\d.]+),', pyproject).group(1)
+    pyprojects = sorted(Path(__file__).resolve().parents[1].glob("llama-index-*/pyproject.toml"))
+    bound = re.compile(r'"llama-index-core>=([\d.]+),')
+    minima = {bound.search(p.read_text()).group(1) for p in pyprojects}
+    assert len(pyprojects) == 3 and len(minima) == 1, minima  # one lower bound for the three
+    minimum = minima.pop()
     assert Version(minimum) >= Version("0.14.23")  # 0.14.22 drops the images silently
     assert Version(importlib.metadata.version("llama-index-core")) >= Version(minimum)
     assert "multimodal" in inspect.signature(RetrieverQueryEngine.from_args).parameters

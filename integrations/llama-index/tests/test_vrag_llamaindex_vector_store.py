@@ -15,7 +15,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
-from llama_index.retrievers.vrag_compress import StoreSideEmbedding, VragVectorStore
+from llama_index.vector_stores.vrag_compress import StoreSideEmbedding, VragVectorStore
 
 
 @pytest.fixture
@@ -229,16 +229,6 @@ def test_show_progress_is_the_real_encoding_not_a_fake_embedding_bar(store, corp
     assert "Encoding pages" in err and f"{batches}/{batches}" in err
     assert "Generating embeddings" not in err
     assert store.client.store.count() == len(corpus_nodes)
-
-
-def test_llamaindex_naming_conventions_import_the_same_classes():
-    import llama_index.retrievers.vrag_compress as main
-    from llama_index.readers.vrag_compress import PageImageNodeParser, PDFPageReader
-    from llama_index.vector_stores.vrag_compress import StoreSideEmbedding as Embedding
-    from llama_index.vector_stores.vrag_compress import VragVectorStore as Store
-
-    assert Store is main.VragVectorStore and Embedding is main.StoreSideEmbedding
-    assert PDFPageReader is main.PDFPageReader and PageImageNodeParser is main.PageImageNodeParser
 
 
 def test_one_vocabulary_with_the_other_front_ends(index, store):

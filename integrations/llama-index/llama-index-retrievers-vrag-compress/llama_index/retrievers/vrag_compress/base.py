@@ -19,9 +19,10 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQueryMode
 from vrag_compress import Encoder, VisualIndex
 
-from llama_index.retrievers.vrag_compress.filters import StoreFilter, to_store_filter
-from llama_index.retrievers.vrag_compress.nodes import ImageMode, check_image_mode, hit_to_node
-from llama_index.retrievers.vrag_compress.vector_store import VragVectorStore, search_options
+from llama_index.vector_stores.vrag_compress import VragVectorStore
+from llama_index.vector_stores.vrag_compress.base import search_options
+from llama_index.vector_stores.vrag_compress.filters import StoreFilter, to_store_filter
+from llama_index.vector_stores.vrag_compress.hits import ImageMode, check_image_mode, hit_to_node
 
 
 class CompressedColPaliRetriever(BaseRetriever):

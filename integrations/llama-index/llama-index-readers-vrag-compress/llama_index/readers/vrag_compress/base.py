@@ -19,7 +19,7 @@ from llama_index.core.schema import BaseNode, Document, ImageDocument, ImageNode
 from llama_index.core.utils import get_tqdm_iterable
 from vrag_compress import DEFAULT_DPI, find_documents, open_document
 
-from llama_index.retrievers.vrag_compress.nodes import (
+from llama_index.readers.vrag_compress.nodes import (
     new_page_node,
     node_image,
     page_to_node,

@@ -35,16 +35,17 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from PIL import Image
 from vrag_compress import Compressor, Encoder, Page, VisualIndex, VisualIndexError
 
-from llama_index.retrievers.vrag_compress.filters import (
+from llama_index.readers.vrag_compress.nodes import node_image
+from llama_index.vector_stores.vrag_compress.filters import (
     StoreFilter,
     merge_filters,
     to_store_filter,
 )
-from llama_index.retrievers.vrag_compress.nodes import (
+from llama_index.vector_stores.vrag_compress.hits import (
     ImageMode,
     check_image_mode,
     hit_to_node,
-    node_image,
+    keep_query_fields,
 )
 
 log = logging.getLogger(__name__)
@@ -295,11 +296,13 @@ class VragVectorStore(BasePydanticVectorStore):
         doc_filter = {"doc_id": {"$in": list(query.doc_ids)}} if query.doc_ids else None
         where = merge_filters(to_store_filter(query.filters), doc_filter)
         hits = self._index.search(query.query_str, filter=where, **options)
-        return VectorStoreQueryResult(
+        result = QueryResult(
             nodes=[hit_to_node(h, self.image_mode) for h in hits],
             similarities=[h.score for h in hits],
             ids=[h.page_id for h in hits],
         )
+        result.images = self.image_mode != "none"
+        return result
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         return await asyncio.to_thread(self.query, query, **kwargs)
@@ -324,6 +327,27 @@ class VragVectorStore(BasePydanticVectorStore):
         # a neutral query ranks every page at 0, so the top-`total` is exactly the filtered set
         probe = np.zeros((1, int(store.config["dim"])), dtype=np.float32)
         return [r.page_id for r in store.search(probe, k=total, filter=where, mode="exact")]
+
+
+class QueryResult(VectorStoreQueryResult):
+    """A query result whose nodes keep their query-time fields when LlamaIndex swaps them.
+
+    On an index built from nodes or documents, LlamaIndex's `VectorIndexRetriever` replaces
+    every returned node that is not a TEXT node with the copy `VectorStoreIndex` put in its
+    docstore when the node was added (it keeps one for every `ImageNode`, even when the store
+    `stores_text`), by assigning `query_result.nodes` (llama_index.core 0.14.25,
+    `indices/vector_store/retrievers/retriever.py`, lines 146-170 and 240/261). Those copies
+    predate the query, so that assignment puts the query's `search_components` and page image
+    back on them: every path returns the same fields.
+    """
+
+    images: bool = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        found = self.__dict__.get("nodes")
+        if name == "nodes" and found and value is not None:
+            value = keep_query_fields(found, value, images=self.images)
+        super().__setattr__(name, value)
 
 
 # LlamaIndex query modes and the index's search modes they run.

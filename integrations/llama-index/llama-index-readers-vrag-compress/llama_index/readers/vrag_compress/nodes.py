@@ -1,4 +1,4 @@
-"""Conversions between vrag pages / search hits and LlamaIndex `ImageNode`s.
+"""Pages as LlamaIndex `ImageNode`s: the node every vrag-compress LlamaIndex package speaks.
 
 One page is one `ImageNode`: the page image (a file path, or base64 PNG when no file exists),
 the page text as its text (a rendered page's PDF text layer; for a page indexed by
@@ -9,19 +9,13 @@ The node id is the page id `<doc_id>:<page_no>`, so a node and its stored page s
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo
-from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from PIL import Image
-from vrag_compress import Hit, Page, image_base64, page_id
+from vrag_compress import Page, image_base64, page_id
 
-log = logging.getLogger(__name__)
-
-ImageMode = Literal["path", "base64", "none"]
-IMAGE_MODES = ("path", "base64", "none")
 _MIMETYPES = {
     ".png": "image/png",
     ".webp": "image/webp",
@@ -45,12 +39,6 @@ _HIDDEN_KEYS = [
     "file_path",
     "file_name",
 ]
-
-
-def check_image_mode(mode: str) -> ImageMode:
-    if mode not in IMAGE_MODES:
-        raise ValueError(f"image_mode must be one of {IMAGE_MODES}, got {mode!r}")
-    return mode  # type: ignore[return-value]
 
 
 def mimetype(path: str | Path) -> str | None:
@@ -130,45 +118,6 @@ def set_inline_image(node: ImageNode, image: Image.Image) -> None:
     node.image = encode_png(image)
     node.image_path = None
     node.image_mimetype = "image/png"
-
-
-def hit_to_node(hit: Hit, image_mode: ImageMode = "path") -> ImageNode:
-    """A search hit as an `ImageNode` with its page image attached.
-
-    Pages written by `VragVectorStore` carry the original LlamaIndex node (`_node_content`), which
-    is restored as it was given; pages indexed by `VisualIndex.add` get a fresh page node.
-    """
-    if "_node_content" in hit.metadata:
-        node = metadata_dict_to_node(dict(hit.metadata), text=hit.text or "")
-        if not isinstance(node, ImageNode):
-            raise TypeError(f"page {hit.page_id!r} holds a {type(node).__name__}, not an ImageNode")
-    else:
-        extra = {k: v for k, v in hit.metadata.items() if k not in ("source", "filename")}
-        node = new_page_node(
-            hit.doc_id, hit.page_no, text=hit.text, source=hit.source, metadata=extra
-        )
-    if hit.components is not None:  # text / hybrid search: where each side ranked the page
-        node.metadata["search_components"] = hit.components
-        for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
-            if "search_components" not in keys:
-                keys.append("search_components")
-    attach_image(node, hit, image_mode)
-    return node
-
-
-def attach_image(node: ImageNode, hit: Hit, mode: ImageMode) -> None:
-    """Point the node at the stored page image, or inline it when no stored file exists."""
-    if mode == "none":
-        return
-    path = hit.image_path
-    if mode == "path" and path is not None and path.is_file():
-        set_image_path(node, path)
-        return
-    try:
-        set_inline_image(node, hit.image)
-    except (FileNotFoundError, OSError, RuntimeError) as error:
-        if node.image is None and node.image_path is None:
-            log.warning("page %s: no image to attach (%s)", hit.page_id, error)
 
 
 def node_image(node: ImageNode) -> Image.Image:
