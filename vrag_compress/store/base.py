@@ -267,3 +267,7 @@ class OptimizableStore(Protocol):
     def optimize(
         self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
     ) -> dict[str, Any]: ...
+
+    def staged_vectors(self) -> int:
+        """Vectors kept as fp16 rows until a codes-only store's codes are trained (else 0)."""
+        ...
