@@ -24,7 +24,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -177,6 +177,52 @@ class Page:
         return page_id(self.doc_id, self.page_no)
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """How documents are opened and their pages rendered: one object that `open_document`,
+    `iter_pages` and `PdfDocument` pass whole (keyword arguments of the same names build one).
+
+    ``text=False`` skips the PDF text layer. ``memory_limit`` (bytes; None: the
+    :func:`default_memory_limit` when a document opens) bounds what one page may take: pages
+    whose streams decode to more than a quarter of it are refused, larger pages are rendered at
+    a lower DPI."""
+
+    dpi: float = DEFAULT_DPI
+    renderer: str = DEFAULT_RENDERER
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    password: str | None = field(default=None, repr=False)
+    text: bool = True
+    memory_limit: int | None = None
+
+    @classmethod
+    def of(cls, base: RenderOptions | None, settings: dict[str, Any], where: str) -> RenderOptions:
+        """``base`` (or the defaults) with ``settings`` (field names) applied, checked; an
+        unknown name is a TypeError naming ``where`` and the fields."""
+        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
+        if unknown:
+            names = ", ".join(f.name for f in fields(cls))
+            raise TypeError(f"{where}() got unknown render option {', '.join(unknown)}: {names}")
+        options = replace(base or cls(), **settings)
+        options.check()
+        return options
+
+    def check(self) -> None:
+        """Raise ValueError on an unknown renderer or a non-positive dpi, pixel cap or limit."""
+        if self.renderer not in RENDERERS:
+            known = ", ".join(RENDERERS)
+            raise ValueError(f"unknown renderer {self.renderer!r}; choose one of {known}")
+        if not self.dpi > 0:
+            raise ValueError(f"dpi must be positive, got {self.dpi!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels!r}")
+        if self.memory_limit is not None and self.memory_limit < 1:
+            raise ValueError(f"memory_limit must be positive, got {self.memory_limit!r}")
+
+    def page_memory(self) -> int:
+        """The page memory limit in bytes (``memory_limit``, else the default for this run)."""
+        return default_memory_limit() if self.memory_limit is None else self.memory_limit
+
+
 def page_id(doc_id: str, page_no: int) -> str:
     """The default id of page ``page_no`` of document ``doc_id``: ``<doc_id>:<page_no>``."""
     return f"{doc_id}:{page_no}"
@@ -279,23 +325,17 @@ class PdfDocument(Document):
         doc_id: str,
         content_hash: str,
         pdf: pdfium.PdfDocument,
-        *,
-        dpi: float,
-        renderer: str,
-        max_pixels: int,
-        password: str | None,
-        text: bool,
-        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        render: RenderOptions,
     ) -> None:
         super().__init__(source, doc_id, content_hash, len(pdf))
         self._pdf = pdf
         self.title = document_title(source, _metadata_title(pdf))
-        self.dpi = dpi
-        self.renderer = renderer
-        self.max_pixels = max_pixels
-        self.memory_limit = memory_limit
-        self._password = password
-        self._text = text
+        self.dpi = render.dpi
+        self.renderer = render.renderer
+        self.max_pixels = render.max_pixels
+        self.memory_limit = render.page_memory()
+        self._password = render.password
+        self._text = render.text
         self._page_bytes: PageBytes | None = None
 
     def _render(self, page_no: int) -> Page:
@@ -511,81 +551,62 @@ def open_document(
     path: str | Path,
     *,
     doc_id: str | None = None,
-    dpi: float = DEFAULT_DPI,
-    renderer: str = DEFAULT_RENDERER,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    password: str | None = None,
-    text: bool = True,
-    memory_limit: int | None = None,
+    render: RenderOptions | None = None,
+    **settings: Any,
 ) -> Document:
     """Open and validate one PDF or image; raises an :class:`IngestError` subclass on bad input.
 
     ``doc_id`` defaults to the first 16 hex digits of the content hash, so the same bytes get the
-    same id anywhere. ``text=False`` skips the PDF text layer. ``memory_limit`` (bytes; default
-    :func:`default_memory_limit`) bounds what one page may take: pages whose streams decode to more
-    than a quarter of it are refused, larger pages are rendered at a lower DPI.
+    same id anywhere. ``render`` (a :class:`RenderOptions`) or its fields as keyword arguments
+    (``dpi=``, ``renderer=``, ``max_pixels=``, ``password=``, ``text=``, ``memory_limit=``) say
+    how pages are rendered; bad values raise ValueError.
     """
-    _check_options(dpi, renderer, max_pixels, doc_id)
-    memory_limit = default_memory_limit() if memory_limit is None else memory_limit
-    if memory_limit < 1:
-        raise ValueError(f"memory_limit must be positive, got {memory_limit!r}")
+    render = RenderOptions.of(render, settings, "open_document")
+    if doc_id is not None and not (isinstance(doc_id, str) and doc_id.strip()):
+        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
     path = Path(path).expanduser()
     _check_file(path)
     _check_suffix(path)
     digest = content_hash(path)
     doc_id = doc_id or digest[:DOC_ID_LENGTH]
     if path.suffix.lower() in PDF_SUFFIXES:
-        if renderer == "pdf2image":
+        if render.renderer == "pdf2image":
             _require_poppler(path)
-        pdf = _load_pdf(path, password)
-        return PdfDocument(
-            path,
-            doc_id,
-            digest,
-            pdf,
-            dpi=dpi,
-            renderer=renderer,
-            max_pixels=max_pixels,
-            password=password,
-            text=text,
-            memory_limit=memory_limit,
-        )
-    image = _open_image(path, max_pixels)
-    return ImageDocument(path, doc_id, digest, image, max_pixels, memory_limit)
+        return PdfDocument(path, doc_id, digest, _load_pdf(path, render.password), render)
+    image = _open_image(path, render.max_pixels)
+    return ImageDocument(path, doc_id, digest, image, render.max_pixels, render.page_memory())
 
 
 def iter_pages(
     paths: Iterable[str | Path] | str | Path,
     *,
-    dpi: float = DEFAULT_DPI,
-    renderer: str = DEFAULT_RENDERER,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    password: str | None = None,
-    text: bool = True,
+    render: RenderOptions | None = None,
     recursive: bool = True,
     errors: list[IngestError] | None = None,
-    memory_limit: int | None = None,
+    **settings: Any,
 ) -> Iterator[Page]:
     """Stream every page of every file under ``paths``; a bad file is reported and skipped.
 
     Errors go to ``errors`` when given, otherwise to the log as warnings. A file that breaks part
-    way keeps the pages already yielded. Option errors (bad dpi, unknown renderer) still raise.
+    way keeps the pages already yielded. ``render`` or its fields as keyword arguments: see
+    `open_document`. Option errors (bad dpi, unknown renderer) raise before any file opens.
     """
-    _check_options(dpi, renderer, max_pixels, None)
+    render = RenderOptions.of(render, settings, "iter_pages")
+    return _iter_pages(paths, render, recursive, errors)
+
+
+def _iter_pages(
+    paths: Iterable[str | Path] | str | Path,
+    render: RenderOptions,
+    recursive: bool,
+    errors: list[IngestError] | None,
+) -> Iterator[Page]:
     for path in iter_documents(paths, recursive=recursive):
         if isinstance(path, IngestError):
             _report(path, errors)
             continue
         try:
-            with open_document(
-                path,
-                dpi=dpi,
-                renderer=renderer,
-                max_pixels=max_pixels,
-                password=password,
-                text=text,
-                memory_limit=memory_limit,
-            ) as doc:
+            with open_document(path, render=render) as doc:
                 for page_no in range(1, doc.n_pages + 1):
                     try:
                         page = doc.page(page_no)
@@ -620,17 +641,6 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _check_options(dpi: float, renderer: str, max_pixels: int, doc_id: str | None) -> None:
-    if renderer not in RENDERERS:
-        raise ValueError(f"unknown renderer {renderer!r}; choose one of {', '.join(RENDERERS)}")
-    if not dpi > 0:
-        raise ValueError(f"dpi must be positive, got {dpi!r}")
-    if max_pixels < 1:
-        raise ValueError(f"max_pixels must be positive, got {max_pixels!r}")
-    if doc_id is not None and not (isinstance(doc_id, str) and doc_id.strip()):
-        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
 
 
 def _check_file(path: Path) -> None:

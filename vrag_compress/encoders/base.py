@@ -8,6 +8,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+ST_PREFIX = "st:"
+"""``st:NAME_OR_PATH`` names a Sentence Transformers multi-vector encoder (see encoders.st)."""
+
 
 class EncodingError(ValueError):
     """An encoding's arrays are malformed (wrong shape, dtype or NaN)."""
@@ -86,6 +89,16 @@ class Encoder(Protocol):
     ) -> list[PageEncoding]: ...
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]: ...
+
+
+@runtime_checkable
+class QueryEncoder(Protocol):
+    """What search needs: queries to [M, D] multi-vectors (an `Encoder`, or a query-only export
+    such as the ONNX one, which loads no torch)."""
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """One L2-normalised float32 [M, D] array per query."""
+        ...
 
 
 @runtime_checkable
