@@ -118,6 +118,7 @@ class Hit:
         return self._assets.load(self._image_ref, self.source, self.page_no)
 
     def to_dict(self) -> dict[str, Any]:
+        """The hit as a JSON-ready dict: the image as its stored path, never its pixels."""
         path = self.image_path
         return {
             "doc_id": self.doc_id,
@@ -316,6 +317,7 @@ class VisualIndex:
         return index
 
     def close(self) -> None:
+        """Close the store (and release the writer lock); the index is unusable after."""
         self.store.close()
 
     def __enter__(self) -> VisualIndex:
@@ -470,6 +472,7 @@ class VisualIndex:
         )
 
     def documents(self) -> list[DocumentRecord]:
+        """Every document row of the index, in document id order."""
         return self.store.documents()
 
     def page_image(self, doc_id: str, page_no: int) -> Image.Image:
@@ -485,6 +488,7 @@ class VisualIndex:
         return self.assets.load_layout(doc_id, page_no)
 
     def verify(self) -> VerifyReport:
+        """Check the store end to end (see `MultiVectorStore.verify`)."""
         return self.store.verify()
 
     def info(self, *, measure_recall: bool = False) -> dict[str, Any]:

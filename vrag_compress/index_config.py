@@ -66,6 +66,7 @@ class ImageOptions:
     max_side: int = DEFAULT_IMAGE_MAX_SIDE
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as the config stores them (``images`` key)."""
         return {"store": self.store, "format": self.format, "max_side": self.max_side}
 
 

@@ -92,34 +92,50 @@ class IngestError(Exception):
 
 
 class EncryptedPDFError(IngestError):
+    """The PDF is password-protected and no (or a wrong) password was given."""
+
     fix = "pass password=... to open it, or save an unencrypted copy"
 
 
 class CorruptPDFError(IngestError):
+    """The PDF (or one of its pages) cannot be parsed or rendered."""
+
     fix = "re-download or re-export the PDF; `qpdf --check FILE` shows the damage"
 
 
 class CorruptImageError(IngestError):
+    """The image file cannot be decoded."""
+
     fix = "re-download or re-export the image"
 
 
 class EmptyDocumentError(IngestError):
+    """The file has no pages."""
+
     fix = "the file has no pages; remove it from the input"
 
 
 class UnsupportedFileError(IngestError):
+    """Not a PDF or a supported image (by suffix and by content)."""
+
     fix = f"supported files: {_SUPPORTED_TEXT}"
 
 
 class ImageTooLargeError(IngestError):
+    """An image with more pixels than ``max_pixels`` (a decompression bomb's shape)."""
+
     fix = "downscale the image, or raise max_pixels if you trust the file"
 
 
 class UnreadablePathError(IngestError):
+    """The path is missing, not a regular file, or not readable by this process."""
+
     fix = "check that the path exists, is a file and is readable by this user"
 
 
 class PageMemoryError(IngestError):
+    """A page whose streams would take more than its share of the page memory limit."""
+
     fix = (
         f"a decompression bomb? raise the page memory limit (memory_limit=, or {MEMORY_LIMIT_ENV})"
         " only if you trust the file"
@@ -127,10 +143,14 @@ class PageMemoryError(IngestError):
 
 
 class PageShapeError(IngestError):
+    """A page too long and thin for any encoder (aspect ratio above MAX_ASPECT_RATIO)."""
+
     fix = f"crop or split the page: page encoders accept aspect ratios up to {MAX_ASPECT_RATIO}:1"
 
 
 class RendererUnavailableError(IngestError):
+    """``renderer='pdf2image'`` without the pdf2image package or poppler's pdftoppm."""
+
     fix = (
         "pip install 'vrag-compress[pdf2image]' and apt-get install poppler-utils,"
         " or use renderer='pypdfium2'"
@@ -156,14 +176,17 @@ class Page:
 
     @property
     def width(self) -> int:
+        """Image width in pixels."""
         return self.image.width
 
     @property
     def height(self) -> int:
+        """Image height in pixels."""
         return self.image.height
 
     @property
     def size(self) -> tuple[int, int]:
+        """``(width, height)`` in pixels."""
         return self.image.size
 
     @property
@@ -280,6 +303,7 @@ class Document:
             yield self.page(page_no)
 
     def close(self) -> None:
+        """Release the file (further page reads raise); closing twice is a no-op."""
         if not self.closed:
             self.closed = True
             self._close()
@@ -511,14 +535,14 @@ def iter_documents(
 
 
 def display_path(path: str | Path) -> str:
-    """``path`` as text that is safe to print, log and store in a database: bytes of a file name
-    that are not valid UTF-8 (an old Latin-1 name, say) appear as ``\\xNN`` escapes."""
+    r"""``path`` as text that is safe to print, log and store in a database: bytes of a file name
+    that are not valid UTF-8 (an old Latin-1 name, say) appear as ``\xNN`` escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def source_path(text: str) -> Path:
-    """The file a :func:`display_path` text names: the text itself when such a file exists, else
-    with its ``\\xNN`` escapes turned back into the raw bytes of the file name."""
+    r"""The file a :func:`display_path` text names: the text itself when such a file exists, else
+    with its ``\xNN`` escapes turned back into the raw bytes of the file name."""
     path = Path(text)
     if path.exists() or "\\x" not in text:
         return path

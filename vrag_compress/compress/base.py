@@ -65,9 +65,13 @@ class Compressor(Protocol):
         """Whether pages must be encoded with attention statistics for this compressor."""
         ...
 
-    def compress(self, page: PageEncoding) -> CompressedPage: ...
+    def compress(self, page: PageEncoding) -> CompressedPage:
+        """One page to its compressed vectors."""
+        ...
 
-    def compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]: ...
+    def compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        """A batch of pages (an adaptive budget spreads its share over them)."""
+        ...
 
 
 def check_page(page: PageEncoding, method: str, stats: str | None = None) -> None:
@@ -226,10 +230,12 @@ class BaseCompressor:
         return allocate(self.budget_rule(), [page.vectors for page in pages])
 
     def compress(self, page: PageEncoding) -> CompressedPage:
+        """One page, checked, to its compressed vectors."""
         check_page(page, self.name, self.stats)
         return self._compress_many([page])[0]
 
     def compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
+        """A batch of pages, each checked (an adaptive budget spreads its share over them)."""
         for page in pages:
             check_page(page, self.name, self.stats)
         return self._compress_many(list(pages))

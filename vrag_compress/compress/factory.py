@@ -54,6 +54,7 @@ class Capabilities:
     fit_params: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The capabilities as JSON (what `vrag methods --json` prints)."""
         return dataclasses.asdict(self)
 
 

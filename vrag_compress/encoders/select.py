@@ -28,6 +28,7 @@ AUTO_FALLBACK = "minilm"
 
 
 def is_text_model(name: str) -> bool:
+    """Whether ``name`` is a page-text model (MiniLM) rather than a Col* one."""
     return str(name) in TEXT_MODELS
 
 

@@ -162,42 +162,60 @@ class MultiVectorStore(Protocol):
     readonly: bool
 
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """Whether `close` has run (every other call then raises `StoreClosedError`)."""
+        ...
 
     @property
-    def config(self) -> dict[str, Any]: ...
+    def config(self) -> dict[str, Any]:
+        """The config recorded at creation (JSON): ``dim``, ``model_id`` and the caller's keys."""
+        ...
 
     @property
-    def library_version(self) -> str: ...
+    def library_version(self) -> str:
+        """The vrag_compress version that created the store."""
+        ...
 
-    def update_config(self, **changes: Any) -> None: ...
+    def update_config(self, **changes: Any) -> None:
+        """Merge ``changes`` into the stored config (``dim`` cannot change once pages exist)."""
+        ...
 
-    def add(
-        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()
-    ) -> None: ...
+    def add(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
+        """Store new pages (and upsert document rows) atomically; existing page ids are an error."""
+        ...
 
-    def upsert(
-        self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()
-    ) -> None: ...
+    def upsert(self, pages: Sequence[PageRecord], documents: Sequence[DocumentRecord] = ()) -> None:
+        """Like `add`, but pages whose id exists replace the stored ones."""
+        ...
 
-    def put_document(self, doc: DocumentRecord) -> None: ...
+    def put_document(self, doc: DocumentRecord) -> None:
+        """Insert or replace one document row."""
+        ...
 
-    def delete(
-        self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None
-    ) -> int: ...
+    def delete(self, *, doc_id: str | None = None, page_ids: Sequence[str] | None = None) -> int:
+        """Delete a document's pages and its row, or the given pages; returns pages removed."""
+        ...
 
     def get(self, page_ids: Sequence[str], *, missing: str = "error") -> list[PageRecord]:
         """Pages in the order asked; unknown ids raise `PageNotFoundError` unless
         ``missing="skip"``, which leaves them out."""
         ...
 
-    def count(self) -> int: ...
+    def count(self) -> int:
+        """How many pages the store holds."""
+        ...
 
-    def documents(self) -> list[DocumentRecord]: ...
+    def documents(self) -> list[DocumentRecord]:
+        """Every document row, in document id order."""
+        ...
 
-    def document(self, doc_id: str) -> DocumentRecord | None: ...
+    def document(self, doc_id: str) -> DocumentRecord | None:
+        """One document row, or None when the store has no such document."""
+        ...
 
-    def page_ids(self, doc_id: str | None = None) -> list[str]: ...
+    def page_ids(self, doc_id: str | None = None) -> list[str]:
+        """All page ids (sorted), or a document's in page order."""
+        ...
 
     def search(
         self,
@@ -242,13 +260,21 @@ class MultiVectorStore(Protocol):
         alpha: float | None = None,
         text_k: int | None = None,
         fts_syntax: bool = False,
-    ) -> list[list[SearchResult]]: ...
+    ) -> list[list[SearchResult]]:
+        """`search` for several queries (or texts) in one call; one result list per query."""
+        ...
 
-    def compact(self) -> None: ...
+    def compact(self) -> None:
+        """Reclaim the space of deleted pages (a backend without such space does nothing)."""
+        ...
 
-    def verify(self) -> VerifyReport: ...
+    def verify(self) -> VerifyReport:
+        """Check the stored data end to end; problems are reported, never repaired."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store (files, connections, the writer lock); closing twice is a no-op."""
+        ...
 
     def __enter__(self) -> Self:
         return self
@@ -262,11 +288,16 @@ class OptimizableStore(Protocol):
     """What a store with its own candidate index adds (the embedded store): `VisualIndex.info`
     reports it and `vrag optimize` retrains it; other backends index candidates themselves."""
 
-    def index_info(self, *, measure_recall: bool = False) -> dict[str, Any] | None: ...
+    def index_info(self, *, measure_recall: bool = False) -> dict[str, Any] | None:
+        """The candidate index's parameters and size (None without one); with
+        ``measure_recall``, also its recall@10 against exact search."""
+        ...
 
     def optimize(
         self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Compact, then (re)train the candidate index; returns its parameters."""
+        ...
 
     def staged_vectors(self) -> int:
         """Vectors kept as fp16 rows until a codes-only store's codes are trained (else 0)."""

@@ -55,6 +55,7 @@ class StorePointer(str):
     folder: Path
 
     def __new__(cls, url: str, folder: Path) -> StorePointer:
+        """The URL, remembering the index folder whose store.json named it."""
         pointer = super().__new__(cls, url)
         pointer.folder = folder
         return pointer
