@@ -82,3 +82,43 @@ def test_an_index_from_a_newer_version_is_refused_and_left_unlocked(tmp_path):
         store.update_config(config_version=CONFIG_VERSION)
     with VisualIndex.open(path) as index:
         assert (index.config.model_id, index.config.compressor) == ("some/model", "random")
+
+
+def test_index_options_pass_whole_and_equal_create_keyword_arguments(tmp_path):
+    from vrag_compress import IndexOptions, VisualIndex
+    from vrag_compress.index_config import ImageOptions
+
+    options = IndexOptions(
+        batch_size=2, dpi=100, images=ImageOptions(format="png", max_side=512), codes="4bit"
+    )
+    made = {}
+    for name, kwargs in {
+        "whole": {"options": options},
+        "keywords": {
+            "batch_size": 2,
+            "dpi": 100,
+            "image_format": "png",
+            "image_max_side": 512,
+            "codes": "4bit",
+        },
+    }.items():
+        with VisualIndex.create(
+            tmp_path / name, encoder=NamedOnly(), compressor="random", **kwargs
+        ) as index:
+            made[name] = index.config
+    assert made["whole"] == made["keywords"]
+    assert (made["whole"].dpi, made["whole"].images.format, made["whole"].codes) == (
+        100,
+        "png",
+        "4bit",
+    )
+
+
+def test_an_unknown_or_bad_index_option_is_one_clear_error(tmp_path):
+    from vrag_compress import IndexOptions, VisualIndex, VisualIndexError
+
+    with pytest.raises(VisualIndexError, match="unknown index option dpii; the options are"):
+        VisualIndex.create(tmp_path / "a", encoder=NamedOnly(), dpii=100)
+    with pytest.raises(VisualIndexError, match="fp16=False needs codes"):
+        VisualIndex.create(tmp_path / "b", encoder=NamedOnly(), options=IndexOptions(fp16=False))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

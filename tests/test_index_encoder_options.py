@@ -103,9 +103,9 @@ def test_config_round_trip_and_crafted_options():
 
 def test_the_cpu_only_int8_option_is_left_out_on_a_gpu(monkeypatch: pytest.MonkeyPatch):
     from vrag_compress.encoders import colpali
-    from vrag_compress.index import _reopen_options
+    from vrag_compress.index_config import reopen_options
 
     recorded = {"dtype": "float32", "speedup": "int8"}
-    assert _reopen_options(recorded, "cpu") == recorded
+    assert reopen_options(recorded, "cpu") == recorded
     monkeypatch.setattr(colpali, "pick_device", lambda device: "cuda")
-    assert _reopen_options(recorded, "auto") == {"dtype": "float32"}
+    assert reopen_options(recorded, "auto") == {"dtype": "float32"}

@@ -33,6 +33,7 @@ from vrag_compress.ingest import (
     ImageTooLargeError,
     IngestError,
     RendererUnavailableError,
+    RenderOptions,
     UnreadablePathError,
     UnsupportedFileError,
     content_hash,
@@ -132,6 +133,30 @@ def test_text_layer_can_be_skipped(tmp_path):
     path = write_pdf(tmp_path / "a.pdf", ["Hello"])
     with open_document(path, dpi=20, text=False) as doc:
         assert doc.page(1).text is None
+
+
+def test_render_options_pass_whole_and_equal_their_keyword_arguments(tmp_path):
+    path = write_pdf(tmp_path / "a.pdf", ["Hello", "World"])
+    render = RenderOptions(dpi=30, text=False)
+    with open_document(path, render=render) as whole, open_document(path, dpi=30, text=False) as kw:
+        assert whole.page(1).size == kw.page(1).size == rendered_size(LETTER, 30)
+        assert whole.page(1).text is kw.page(1).text is None
+    with open_document(path, render=render, dpi=20) as doc:  # a keyword overrides the object
+        assert doc.page(2).size == rendered_size(LETTER, 20)
+    pages = list(iter_pages([path], render=render))
+    assert [(p.page_no, p.size, p.text) for p in pages] == [
+        (n, rendered_size(LETTER, 30), None) for n in (1, 2)
+    ]
+
+
+def test_bad_render_options_fail_at_the_call_naming_the_option(tmp_path):
+    path = write_pdf(tmp_path / "a.pdf", 1)
+    with pytest.raises(TypeError, match="open_document.*unknown render option dpii: dpi, "):
+        open_document(path, dpii=30)
+    with pytest.raises(ValueError, match="dpi must be positive"):
+        iter_pages([path], render=RenderOptions(dpi=0))  # before any file is opened
+    with pytest.raises(ValueError, match="memory_limit must be positive"):
+        open_document(path, memory_limit=0)
 
 
 def test_normalise_text_is_light():

@@ -122,3 +122,58 @@ def test_image_base64_downsizes_and_names_the_mime_type():
         assert decoded.format == "JPEG" and decoded.size == (100, 50)
     with pytest.raises(ValueError, match="image_format 'gif' is not supported"):
         vrag_compress.image_base64(Image.new("RGB", (4, 4)), "gif")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package modules a file imports at run time (anywhere in it; ``TYPE_CHECKING`` blocks
+    never run). ``from pkg import name`` counts as ``pkg.name`` when that is a module."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return found & modules
+
+
+def test_the_core_has_no_import_cycle():
+    """Each module's imports run one way: a cycle (even through an import inside a function)
+    means two modules are one idea split in two, and one of them imports half-initialised."""
+    files = {_module_name(p): p for p in (ROOT / "vrag_compress").rglob("*.py")}
+    graph = {name: _runtime_imports(path, set(files)) - {name} for name, path in files.items()}
+    state: dict[str, str] = {}
+    cycles: list[str] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*trail[trail.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)

@@ -31,8 +31,8 @@ from vrag_compress.store import (  # noqa: E402
 )
 from vrag_compress.store.migrate import compare_stores, copy_store  # noqa: E402
 from vrag_compress.store.open import open_store, read_store_pointer  # noqa: E402
-from vrag_compress.store.qdrant import (  # noqa: E402
-    QdrantStore,
+from vrag_compress.store.qdrant import QdrantStore  # noqa: E402
+from vrag_compress.store.qdrant_access import (  # noqa: E402
     QdrantUnavailableError,
     parse_qdrant_url,
     with_retries,

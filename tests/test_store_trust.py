@@ -9,18 +9,16 @@ import json
 
 import pytest
 
-pytest.importorskip("qdrant_client")
+qdrant_client = pytest.importorskip("qdrant_client")
 
-from vrag_compress.store import qdrant as qdrant_module  # noqa: E402
 from vrag_compress.store.base import StoreNotFoundError  # noqa: E402
 from vrag_compress.store.open import (  # noqa: E402
     StorePointer,
-    api_key_for,
     open_store,
     read_store_pointer,
     write_store_pointer,
 )
-from vrag_compress.store.qdrant import parse_qdrant_url  # noqa: E402
+from vrag_compress.store.qdrant_access import api_key_for, parse_qdrant_url  # noqa: E402
 from vrag_compress.store.validate import StoreInputError  # noqa: E402
 
 SECRET = "s3cr3t-key-value"
@@ -36,7 +34,7 @@ def sent(monkeypatch) -> list[dict]:
             calls.append(kwargs)
             raise ConnectionRefusedError("test: no server")
 
-    monkeypatch.setattr(qdrant_module, "QdrantClient", Recorder)
+    monkeypatch.setattr(qdrant_client, "QdrantClient", Recorder)
     return calls
 
 

@@ -18,12 +18,14 @@ _EXPORTS = {
     "SearchMode": "vrag_compress.store.base",
     "AddReport": "vrag_compress.index",
     "VisualIndexError": "vrag_compress.index",
+    "IndexOptions": "vrag_compress.index_config",
     "ModelMismatchError": "vrag_compress.index",
     # pages in
     "Page": "vrag_compress.ingest",
     "page_id": "vrag_compress.ingest",
     "find_documents": "vrag_compress.ingest",
     "open_document": "vrag_compress.ingest",
+    "RenderOptions": "vrag_compress.ingest",
     "DEFAULT_DPI": "vrag_compress.ingest",
     "IngestError": "vrag_compress.ingest",
     "CorruptPDFError": "vrag_compress.ingest",
@@ -35,7 +37,7 @@ _EXPORTS = {
     # compression
     "CompressedPage": "vrag_compress.compress.base",
     "Compressor": "vrag_compress.compress.base",
-    "BaseCompressor": "vrag_compress.compress.common",
+    "BaseCompressor": "vrag_compress.compress.base",
     "get_compressor": "vrag_compress.compress",
     "compressor_for": "vrag_compress.compress",
     "list_compressors": "vrag_compress.compress",
@@ -83,8 +85,7 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
         list_compressors,
         register_compressor,
     )
-    from vrag_compress.compress.base import CompressedPage, Compressor
-    from vrag_compress.compress.common import BaseCompressor
+    from vrag_compress.compress.base import BaseCompressor, CompressedPage, Compressor
     from vrag_compress.encoders.base import Encoder, PageEncoding
     from vrag_compress.encoders.errors import EncoderLoadError
     from vrag_compress.index import (
@@ -94,11 +95,13 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
         VisualIndex,
         VisualIndexError,
     )
+    from vrag_compress.index_config import IndexOptions
     from vrag_compress.ingest import (
         DEFAULT_DPI,
         CorruptPDFError,
         IngestError,
         Page,
+        RenderOptions,
         find_documents,
         open_document,
         page_id,
@@ -114,11 +117,13 @@ __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "SearchMode",
     "AddReport",
     "VisualIndexError",
+    "IndexOptions",
     "ModelMismatchError",
     "Page",
     "page_id",
     "find_documents",
     "open_document",
+    "RenderOptions",
     "DEFAULT_DPI",
     "IngestError",
     "CorruptPDFError",

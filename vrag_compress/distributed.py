@@ -149,16 +149,15 @@ class PageWorker:
     index's encoder and compressor (loaded once, from the index's recorded config)."""
 
     def __init__(self, config: dict[str, Any], device: str, ocr_mode: str) -> None:
-        from vrag_compress.index import _recorded_compressor, _reopen_options
-        from vrag_compress.index_config import IndexConfig
+        from vrag_compress.index_config import IndexConfig, recorded_compressor, reopen_options
 
         recorded = IndexConfig.from_dict(config)
         self.config = recorded
         self.device = device
         self.page_ocr = PageOcr(ocr_mode)
         self._loaded: tuple[Any, Any] | None = None
-        self._options = _reopen_options(recorded.encoder_options, device)
-        self._compressor = lambda: _recorded_compressor(recorded)
+        self._options = reopen_options(recorded.encoder_options, device)
+        self._compressor = lambda: recorded_compressor(recorded)
 
     def _models(self) -> tuple[Any, Any]:
         if self._loaded is None:

@@ -17,22 +17,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image
 
-from vrag_compress.compress import compressor_for, get_compressor
+from vrag_compress.compress import compressor_for
 from vrag_compress.compress.base import Compressor
-from vrag_compress.defaults import DEFAULT_IMAGE_FORMAT, DEFAULT_IMAGE_MAX_SIDE
-from vrag_compress.encoders.base import Encoder, ReadsPageText
-from vrag_compress.encoders.speedups import encoder_options
+from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_DPI,
     DEFAULT_MODEL,
     DEFAULT_RATIO,
-    DEFAULT_RENDERER,
-    ImageOptions,
     IndexConfig,
     IndexConfigError,
+    IndexOptions,
     VisualIndexError,
+    recorded_compressor,
+    reopen_options,
 )
 from vrag_compress.indexing import AddReport, Indexer
 from vrag_compress.ingest import Page
@@ -41,7 +38,6 @@ from vrag_compress.ocr import PageOcr
 from vrag_compress.page_assets import PageAssets
 from vrag_compress.store import (
     DocumentRecord,
-    LocalStore,
     MultiVectorStore,
     OptimizableStore,
     PageRecord,
@@ -122,6 +118,7 @@ class Hit:
         return self._assets.load(self._image_ref, self.source, self.page_no)
 
     def to_dict(self) -> dict[str, Any]:
+        """The hit as a JSON-ready dict: the image as its stored path, never its pixels."""
         path = self.image_path
         return {
             "doc_id": self.doc_id,
@@ -190,18 +187,10 @@ class VisualIndex:
         *,
         ratio: float = DEFAULT_RATIO,
         device: str = "auto",
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dpi: int = DEFAULT_DPI,
-        renderer: str = DEFAULT_RENDERER,
-        store_images: bool = True,
-        image_format: str = DEFAULT_IMAGE_FORMAT,
-        image_max_side: int = DEFAULT_IMAGE_MAX_SIDE,
         encoder: Encoder | None = None,
         store: str | None = None,
-        dtype: str = "auto",
-        speedup: str = "none",
-        codes: str = "none",
-        fp16: bool = True,
+        options: IndexOptions | None = None,
+        **keywords: Any,
     ) -> VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
@@ -211,29 +200,26 @@ class VisualIndex:
         the config records what was used. `store` is None for the embedded store inside the
         folder, or a URL (``qdrant://host:port/collection``, ``qdrant+local://PATH``): the
         vectors then live there and the folder keeps the images, layouts and a pointer to it.
-        `dtype` ("auto", "fp32", "bf16") and `speedup` ("none", "int8": dynamic int8 linear
-        layers on the CPU) trade a little precision for Col* encoding speed; they are recorded
-        and used again whenever the index loads its encoder (`vrag bench encode` measures them).
-        `codes` ("none", "4bit", "2bit") are the residual codes the candidate index keeps per
-        vector; ``fp16=False`` (embedded store, with 4bit or 2bit codes) keeps only those codes
-        and no fp16 vectors: an index several times smaller that reranks on decoded vectors.
+        `options` (an `IndexOptions`) or its fields as keyword arguments set what else the
+        index records: `batch_size`, `dpi`, `renderer`, `store_images`/`image_format`/
+        `image_max_side`, `dtype` ("auto", "fp32", "bf16") and `speedup` ("none", "int8":
+        dynamic int8 linear layers on the CPU), which trade a little precision for Col*
+        encoding speed and are used again whenever the index loads its encoder (`vrag bench
+        encode` measures them), `codes` ("none", "4bit", "2bit": the residual codes the
+        candidate index keeps per vector) and ``fp16=False`` (embedded store, with 4bit or 2bit
+        codes: only those codes and no fp16 vectors, an index several times smaller that
+        reranks on decoded vectors).
         """
         path = Path(path)
-        try:
-            options = encoder_options(dtype, speedup)
-        except ValueError as error:
-            raise VisualIndexError(str(error)) from None
-        if not fp16 and (codes not in ("4bit", "2bit") or store is not None):
-            raise VisualIndexError(
-                "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
-                f"codes={codes!r}, store={store!r})"
-            )
+        settings = IndexOptions.with_keywords(options, **keywords)
+        loading = settings.encoder_options()
+        settings.check_store(store)
         encoder = adapt_encoder(encoder)
         if encoder is None:
             from vrag_compress.encoders import load_encoder
 
-            encoder = load_encoder(model, device=device, batch_size=batch_size, **options)
-        elif options and isinstance(encoder, ReadsPageText):
+            encoder = load_encoder(model, device=device, batch_size=settings.batch_size, **loading)
+        elif loading and isinstance(encoder, ReadsPageText):
             raise VisualIndexError(
                 f"dtype/speedup apply to Col* encoders, not {_model_config_name(encoder)}"
             )
@@ -246,17 +232,17 @@ class VisualIndex:
             compressor=built.name,
             compressor_params=built.params,
             compressor_module=_outside_module(built),
-            images=ImageOptions(store=store_images, format=image_format, max_side=image_max_side),
-            batch_size=batch_size,
-            dpi=dpi,
-            renderer=renderer,
+            images=settings.images,
+            batch_size=settings.batch_size,
+            dpi=settings.dpi,
+            renderer=settings.renderer,
             vrag_version=__version__,
-            encoder_options=options,
-            codes=codes,
-            fp16=fp16,
+            encoder_options=loading,
+            codes=settings.codes,
+            fp16=settings.fp16,
         ).to_dict()
         if store is None:
-            return cls(path, LocalStore.create(path, config), encoder, device, built)
+            return cls(path, create_store(path, config), encoder, device, built)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise VisualIndexError(f"{path} already exists and is not an empty folder")
         remote = create_store(store, config)
@@ -331,6 +317,7 @@ class VisualIndex:
         return index
 
     def close(self) -> None:
+        """Close the store (and release the writer lock); the index is unusable after."""
         self.store.close()
 
     def __enter__(self) -> VisualIndex:
@@ -349,12 +336,12 @@ class VisualIndex:
                 self.model_id,
                 device=self._device,
                 batch_size=self.batch_size,
-                **_reopen_options(self.config.encoder_options, self._device),
+                **reopen_options(self.config.encoder_options, self._device),
             )
         return self._encoder
 
     @property
-    def query_encoder(self) -> Any:
+    def query_encoder(self) -> QueryEncoder:
         """What encodes queries: the loaded encoder, else the model's ONNX export on the CPU
         (`vrag export-onnx`: no torch in the process; ``VRAG_QUERY_BACKEND=torch`` declines it),
         else the encoder, loaded."""
@@ -372,7 +359,7 @@ class VisualIndex:
     def compressor(self) -> Compressor:
         """The compressor recorded in the index, rebuilt from its name and parameters."""
         if self._compressor is None:
-            self._compressor = _recorded_compressor(self.config)
+            self._compressor = recorded_compressor(self.config)
         return self._compressor
 
     # ----------------------------------------------------------------- reading
@@ -485,6 +472,7 @@ class VisualIndex:
         )
 
     def documents(self) -> list[DocumentRecord]:
+        """Every document row of the index, in document id order."""
         return self.store.documents()
 
     def page_image(self, doc_id: str, page_no: int) -> Image.Image:
@@ -500,6 +488,7 @@ class VisualIndex:
         return self.assets.load_layout(doc_id, page_no)
 
     def verify(self) -> VerifyReport:
+        """Check the store end to end (see `MultiVectorStore.verify`)."""
         return self.store.verify()
 
     def info(self, *, measure_recall: bool = False) -> dict[str, Any]:
@@ -526,7 +515,9 @@ class VisualIndex:
                 else None
             ),
             # an index without fp16 vectors keeps fp16 rows until its codes are trained
-            "staged_vectors": store.staged_vectors() if isinstance(store, LocalStore) else 0,
+            "staged_vectors": (
+                store.staged_vectors() if isinstance(store, OptimizableStore) else 0
+            ),
         }
 
     def optimize(
@@ -671,23 +662,6 @@ class VisualIndex:
         )
 
 
-def _recorded_compressor(config: IndexConfig) -> Compressor:
-    """Rebuild the index's compressor; a compressor defined outside the package must have been
-    registered (by importing its module) first."""
-    from vrag_compress.compress import list_compressors
-
-    if config.compressor not in list_compressors():
-        where = (
-            f" (defined in module {config.compressor_module!r})" if config.compressor_module else ""
-        )
-        raise VisualIndexError(
-            f"this index was built with the compressor {config.compressor!r}{where}, which is not "
-            "registered here; import the module that registers it (register_compressor) "
-            "before adding pages"
-        )
-    return get_compressor(config.compressor, **config.compressor_params)
-
-
 def _check_rebuildable(compressor: Compressor) -> None:
     """The index records the compressor's name and params; refuse one that `open` could not
     rebuild as the same class."""
@@ -705,19 +679,6 @@ def _outside_module(compressor: Compressor) -> str | None:
     """The module of a compressor class defined outside vrag_compress (recorded in the config)."""
     module = type(compressor).__module__
     return None if module.split(".")[0] == "vrag_compress" else module
-
-
-def _reopen_options(options: dict[str, str], device: str) -> dict[str, str]:
-    """The recorded encoder options for this device: the CPU-only int8 speedup is left out
-    when the encoder lands on a GPU (its vectors are the fp32 ones the index was built to match)."""
-    if "speedup" not in options:
-        return options
-    from vrag_compress.encoders.colpali import pick_device
-
-    if pick_device(device) == "cpu":
-        return options
-    log.info("encoder speedup %s is CPU-only: not used on %s", options["speedup"], device)
-    return {key: value for key, value in options.items() if key != "speedup"}
 
 
 def _encoder_info(encoder: Encoder) -> dict[str, Any]:

@@ -7,8 +7,9 @@ with come from `vrag_compress.defaults`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+import logging
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from vrag_compress.defaults import (
     DEFAULT_BATCH_SIZE,
@@ -20,8 +21,13 @@ from vrag_compress.defaults import (
     DEFAULT_RATIO,
     DEFAULT_RENDERER,
 )
-from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS
+from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS, encoder_options
 from vrag_compress.store.centroids import CODES
+
+if TYPE_CHECKING:
+    from vrag_compress.compress.base import Compressor
+
+log = logging.getLogger(__name__)
 
 CONFIG_VERSION = 1
 """Bumped when the meaning of a key changes; older configs are still read (missing keys take the
@@ -38,6 +44,7 @@ __all__ = [
     "ImageOptions",
     "IndexConfig",
     "IndexConfigError",
+    "IndexOptions",
     "VisualIndexError",
 ]
 
@@ -59,7 +66,61 @@ class ImageOptions:
     max_side: int = DEFAULT_IMAGE_MAX_SIDE
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as the config stores them (``images`` key)."""
         return {"store": self.store, "format": self.format, "max_side": self.max_side}
+
+
+_IMAGE_KEYWORDS = {"store_images": "store", "image_format": "format", "image_max_side": "max_side"}
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """What a new index records besides its model and compressor, as one typed object that
+    `VisualIndex.create`, `open_or_create` and `vrag index` pass whole.
+
+    ``dtype`` ("auto", "fp32", "bf16") and ``speedup`` ("none", "int8") are the Col* loading
+    options; ``codes`` ("none", "4bit", "2bit") the residual codes of the candidate index;
+    ``fp16=False`` keeps only those codes (embedded store only)."""
+
+    batch_size: int = DEFAULT_BATCH_SIZE
+    dpi: int = DEFAULT_DPI
+    renderer: str = DEFAULT_RENDERER
+    images: ImageOptions = ImageOptions()
+    dtype: str = "auto"
+    speedup: str = "none"
+    codes: str = "none"
+    fp16: bool = True
+
+    @classmethod
+    def with_keywords(cls, base: IndexOptions | None = None, **keywords: Any) -> IndexOptions:
+        """``base`` (or the defaults) with `create`'s keyword arguments applied: the fields by
+        name, and ``store_images``/``image_format``/``image_max_side`` for ``images``."""
+        options = base or cls()
+        known = {f.name for f in fields(cls)} - {"images"}
+        unknown = sorted(set(keywords) - known - set(_IMAGE_KEYWORDS))
+        if unknown:
+            raise VisualIndexError(
+                f"unknown index option {', '.join(unknown)}; the options are "
+                f"{', '.join(sorted(known | set(_IMAGE_KEYWORDS)))}"
+            )
+        images = {_IMAGE_KEYWORDS[k]: v for k, v in keywords.items() if k in _IMAGE_KEYWORDS}
+        flat = {k: v for k, v in keywords.items() if k in known}
+        return replace(options, images=replace(options.images, **images), **flat)
+
+    def encoder_options(self) -> dict[str, str]:
+        """The non-default Col* loading options the config records (checked)."""
+        try:
+            return encoder_options(self.dtype, self.speedup)
+        except ValueError as error:
+            raise VisualIndexError(str(error)) from None
+
+    def check_store(self, store: str | None) -> None:
+        """``fp16=False`` needs 4bit or 2bit codes and the embedded store (``store`` None)."""
+        if not self.fp16 and (self.codes not in ("4bit", "2bit") or store is not None):
+            raise VisualIndexError(
+                "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
+                f"codes={self.codes!r}, store={store!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -173,3 +234,33 @@ def _encoder_options(options: Any) -> dict[str, str]:
             f"and speedup to one of {list(SPEEDUPS)}; got {options!r}"
         )
     return dict(options)
+
+
+def recorded_compressor(config: IndexConfig) -> Compressor:
+    """Rebuild the index's compressor; a compressor defined outside the package must have been
+    registered (by importing its module) first."""
+    from vrag_compress.compress import get_compressor, list_compressors
+
+    if config.compressor not in list_compressors():
+        where = (
+            f" (defined in module {config.compressor_module!r})" if config.compressor_module else ""
+        )
+        raise VisualIndexError(
+            f"this index was built with the compressor {config.compressor!r}{where}, which is not "
+            "registered here; import the module that registers it (register_compressor) "
+            "before adding pages"
+        )
+    return get_compressor(config.compressor, **config.compressor_params)
+
+
+def reopen_options(options: dict[str, str], device: str) -> dict[str, str]:
+    """The recorded encoder options for this device: the CPU-only int8 speedup is left out
+    when the encoder lands on a GPU (its vectors are the fp32 ones the index was built to match)."""
+    if "speedup" not in options:
+        return options
+    from vrag_compress.encoders.colpali import pick_device
+
+    if pick_device(device) == "cpu":
+        return options
+    log.info("encoder speedup %s is CPU-only: not used on %s", options["speedup"], device)
+    return {key: value for key, value in options.items() if key != "speedup"}

@@ -24,7 +24,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -92,34 +92,50 @@ class IngestError(Exception):
 
 
 class EncryptedPDFError(IngestError):
+    """The PDF is password-protected and no (or a wrong) password was given."""
+
     fix = "pass password=... to open it, or save an unencrypted copy"
 
 
 class CorruptPDFError(IngestError):
+    """The PDF (or one of its pages) cannot be parsed or rendered."""
+
     fix = "re-download or re-export the PDF; `qpdf --check FILE` shows the damage"
 
 
 class CorruptImageError(IngestError):
+    """The image file cannot be decoded."""
+
     fix = "re-download or re-export the image"
 
 
 class EmptyDocumentError(IngestError):
+    """The file has no pages."""
+
     fix = "the file has no pages; remove it from the input"
 
 
 class UnsupportedFileError(IngestError):
+    """Not a PDF or a supported image (by suffix and by content)."""
+
     fix = f"supported files: {_SUPPORTED_TEXT}"
 
 
 class ImageTooLargeError(IngestError):
+    """An image with more pixels than ``max_pixels`` (a decompression bomb's shape)."""
+
     fix = "downscale the image, or raise max_pixels if you trust the file"
 
 
 class UnreadablePathError(IngestError):
+    """The path is missing, not a regular file, or not readable by this process."""
+
     fix = "check that the path exists, is a file and is readable by this user"
 
 
 class PageMemoryError(IngestError):
+    """A page whose streams would take more than its share of the page memory limit."""
+
     fix = (
         f"a decompression bomb? raise the page memory limit (memory_limit=, or {MEMORY_LIMIT_ENV})"
         " only if you trust the file"
@@ -127,10 +143,14 @@ class PageMemoryError(IngestError):
 
 
 class PageShapeError(IngestError):
+    """A page too long and thin for any encoder (aspect ratio above MAX_ASPECT_RATIO)."""
+
     fix = f"crop or split the page: page encoders accept aspect ratios up to {MAX_ASPECT_RATIO}:1"
 
 
 class RendererUnavailableError(IngestError):
+    """``renderer='pdf2image'`` without the pdf2image package or poppler's pdftoppm."""
+
     fix = (
         "pip install 'vrag-compress[pdf2image]' and apt-get install poppler-utils,"
         " or use renderer='pypdfium2'"
@@ -156,14 +176,17 @@ class Page:
 
     @property
     def width(self) -> int:
+        """Image width in pixels."""
         return self.image.width
 
     @property
     def height(self) -> int:
+        """Image height in pixels."""
         return self.image.height
 
     @property
     def size(self) -> tuple[int, int]:
+        """``(width, height)`` in pixels."""
         return self.image.size
 
     @property
@@ -175,6 +198,52 @@ class Page:
     def page_id(self) -> str:
         """The page's default id in an index (and in the framework adapters)."""
         return page_id(self.doc_id, self.page_no)
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How documents are opened and their pages rendered: one object that `open_document`,
+    `iter_pages` and `PdfDocument` pass whole (keyword arguments of the same names build one).
+
+    ``text=False`` skips the PDF text layer. ``memory_limit`` (bytes; None: the
+    :func:`default_memory_limit` when a document opens) bounds what one page may take: pages
+    whose streams decode to more than a quarter of it are refused, larger pages are rendered at
+    a lower DPI."""
+
+    dpi: float = DEFAULT_DPI
+    renderer: str = DEFAULT_RENDERER
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    password: str | None = field(default=None, repr=False)
+    text: bool = True
+    memory_limit: int | None = None
+
+    @classmethod
+    def of(cls, base: RenderOptions | None, settings: dict[str, Any], where: str) -> RenderOptions:
+        """``base`` (or the defaults) with ``settings`` (field names) applied, checked; an
+        unknown name is a TypeError naming ``where`` and the fields."""
+        unknown = sorted(set(settings) - {f.name for f in fields(cls)})
+        if unknown:
+            names = ", ".join(f.name for f in fields(cls))
+            raise TypeError(f"{where}() got unknown render option {', '.join(unknown)}: {names}")
+        options = replace(base or cls(), **settings)
+        options.check()
+        return options
+
+    def check(self) -> None:
+        """Raise ValueError on an unknown renderer or a non-positive dpi, pixel cap or limit."""
+        if self.renderer not in RENDERERS:
+            known = ", ".join(RENDERERS)
+            raise ValueError(f"unknown renderer {self.renderer!r}; choose one of {known}")
+        if not self.dpi > 0:
+            raise ValueError(f"dpi must be positive, got {self.dpi!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be positive, got {self.max_pixels!r}")
+        if self.memory_limit is not None and self.memory_limit < 1:
+            raise ValueError(f"memory_limit must be positive, got {self.memory_limit!r}")
+
+    def page_memory(self) -> int:
+        """The page memory limit in bytes (``memory_limit``, else the default for this run)."""
+        return default_memory_limit() if self.memory_limit is None else self.memory_limit
 
 
 def page_id(doc_id: str, page_no: int) -> str:
@@ -234,6 +303,7 @@ class Document:
             yield self.page(page_no)
 
     def close(self) -> None:
+        """Release the file (further page reads raise); closing twice is a no-op."""
         if not self.closed:
             self.closed = True
             self._close()
@@ -279,23 +349,17 @@ class PdfDocument(Document):
         doc_id: str,
         content_hash: str,
         pdf: pdfium.PdfDocument,
-        *,
-        dpi: float,
-        renderer: str,
-        max_pixels: int,
-        password: str | None,
-        text: bool,
-        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        render: RenderOptions,
     ) -> None:
         super().__init__(source, doc_id, content_hash, len(pdf))
         self._pdf = pdf
         self.title = document_title(source, _metadata_title(pdf))
-        self.dpi = dpi
-        self.renderer = renderer
-        self.max_pixels = max_pixels
-        self.memory_limit = memory_limit
-        self._password = password
-        self._text = text
+        self.dpi = render.dpi
+        self.renderer = render.renderer
+        self.max_pixels = render.max_pixels
+        self.memory_limit = render.page_memory()
+        self._password = render.password
+        self._text = render.text
         self._page_bytes: PageBytes | None = None
 
     def _render(self, page_no: int) -> Page:
@@ -471,14 +535,14 @@ def iter_documents(
 
 
 def display_path(path: str | Path) -> str:
-    """``path`` as text that is safe to print, log and store in a database: bytes of a file name
-    that are not valid UTF-8 (an old Latin-1 name, say) appear as ``\\xNN`` escapes."""
+    r"""``path`` as text that is safe to print, log and store in a database: bytes of a file name
+    that are not valid UTF-8 (an old Latin-1 name, say) appear as ``\xNN`` escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def source_path(text: str) -> Path:
-    """The file a :func:`display_path` text names: the text itself when such a file exists, else
-    with its ``\\xNN`` escapes turned back into the raw bytes of the file name."""
+    r"""The file a :func:`display_path` text names: the text itself when such a file exists, else
+    with its ``\xNN`` escapes turned back into the raw bytes of the file name."""
     path = Path(text)
     if path.exists() or "\\x" not in text:
         return path
@@ -511,81 +575,62 @@ def open_document(
     path: str | Path,
     *,
     doc_id: str | None = None,
-    dpi: float = DEFAULT_DPI,
-    renderer: str = DEFAULT_RENDERER,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    password: str | None = None,
-    text: bool = True,
-    memory_limit: int | None = None,
+    render: RenderOptions | None = None,
+    **settings: Any,
 ) -> Document:
     """Open and validate one PDF or image; raises an :class:`IngestError` subclass on bad input.
 
     ``doc_id`` defaults to the first 16 hex digits of the content hash, so the same bytes get the
-    same id anywhere. ``text=False`` skips the PDF text layer. ``memory_limit`` (bytes; default
-    :func:`default_memory_limit`) bounds what one page may take: pages whose streams decode to more
-    than a quarter of it are refused, larger pages are rendered at a lower DPI.
+    same id anywhere. ``render`` (a :class:`RenderOptions`) or its fields as keyword arguments
+    (``dpi=``, ``renderer=``, ``max_pixels=``, ``password=``, ``text=``, ``memory_limit=``) say
+    how pages are rendered; bad values raise ValueError.
     """
-    _check_options(dpi, renderer, max_pixels, doc_id)
-    memory_limit = default_memory_limit() if memory_limit is None else memory_limit
-    if memory_limit < 1:
-        raise ValueError(f"memory_limit must be positive, got {memory_limit!r}")
+    render = RenderOptions.of(render, settings, "open_document")
+    if doc_id is not None and not (isinstance(doc_id, str) and doc_id.strip()):
+        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
     path = Path(path).expanduser()
     _check_file(path)
     _check_suffix(path)
     digest = content_hash(path)
     doc_id = doc_id or digest[:DOC_ID_LENGTH]
     if path.suffix.lower() in PDF_SUFFIXES:
-        if renderer == "pdf2image":
+        if render.renderer == "pdf2image":
             _require_poppler(path)
-        pdf = _load_pdf(path, password)
-        return PdfDocument(
-            path,
-            doc_id,
-            digest,
-            pdf,
-            dpi=dpi,
-            renderer=renderer,
-            max_pixels=max_pixels,
-            password=password,
-            text=text,
-            memory_limit=memory_limit,
-        )
-    image = _open_image(path, max_pixels)
-    return ImageDocument(path, doc_id, digest, image, max_pixels, memory_limit)
+        return PdfDocument(path, doc_id, digest, _load_pdf(path, render.password), render)
+    image = _open_image(path, render.max_pixels)
+    return ImageDocument(path, doc_id, digest, image, render.max_pixels, render.page_memory())
 
 
 def iter_pages(
     paths: Iterable[str | Path] | str | Path,
     *,
-    dpi: float = DEFAULT_DPI,
-    renderer: str = DEFAULT_RENDERER,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    password: str | None = None,
-    text: bool = True,
+    render: RenderOptions | None = None,
     recursive: bool = True,
     errors: list[IngestError] | None = None,
-    memory_limit: int | None = None,
+    **settings: Any,
 ) -> Iterator[Page]:
     """Stream every page of every file under ``paths``; a bad file is reported and skipped.
 
     Errors go to ``errors`` when given, otherwise to the log as warnings. A file that breaks part
-    way keeps the pages already yielded. Option errors (bad dpi, unknown renderer) still raise.
+    way keeps the pages already yielded. ``render`` or its fields as keyword arguments: see
+    `open_document`. Option errors (bad dpi, unknown renderer) raise before any file opens.
     """
-    _check_options(dpi, renderer, max_pixels, None)
+    render = RenderOptions.of(render, settings, "iter_pages")
+    return _iter_pages(paths, render, recursive, errors)
+
+
+def _iter_pages(
+    paths: Iterable[str | Path] | str | Path,
+    render: RenderOptions,
+    recursive: bool,
+    errors: list[IngestError] | None,
+) -> Iterator[Page]:
     for path in iter_documents(paths, recursive=recursive):
         if isinstance(path, IngestError):
             _report(path, errors)
             continue
         try:
-            with open_document(
-                path,
-                dpi=dpi,
-                renderer=renderer,
-                max_pixels=max_pixels,
-                password=password,
-                text=text,
-                memory_limit=memory_limit,
-            ) as doc:
+            with open_document(path, render=render) as doc:
                 for page_no in range(1, doc.n_pages + 1):
                     try:
                         page = doc.page(page_no)
@@ -620,17 +665,6 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _check_options(dpi: float, renderer: str, max_pixels: int, doc_id: str | None) -> None:
-    if renderer not in RENDERERS:
-        raise ValueError(f"unknown renderer {renderer!r}; choose one of {', '.join(RENDERERS)}")
-    if not dpi > 0:
-        raise ValueError(f"dpi must be positive, got {dpi!r}")
-    if max_pixels < 1:
-        raise ValueError(f"max_pixels must be positive, got {max_pixels!r}")
-    if doc_id is not None and not (isinstance(doc_id, str) and doc_id.strip()):
-        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
 
 
 def _check_file(path: Path) -> None:

@@ -182,6 +182,7 @@ class PageAssets:
     def load_layout(
         self, doc_id: str, page_no: int, page_id: str | None = None
     ) -> dict[str, Any] | None:
+        """The page's stored patch layout (grid and kept/assignment), or None without one."""
         path = self._layout_path(doc_id, page_no, page_id)
         if not path.exists():
             return None
@@ -203,6 +204,7 @@ class PageAssets:
                 path.unlink(missing_ok=True)
 
     def remove_document(self, doc_id: str) -> None:
+        """Delete a document's stored images and layouts."""
         for folder in ("images", "layouts"):
             shutil.rmtree(self.root / folder / safe_name(doc_id), ignore_errors=True)
 

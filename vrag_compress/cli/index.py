@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -46,6 +46,10 @@ from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.progress import counted
 
+if TYPE_CHECKING:
+    from vrag_compress.index import VisualIndex
+    from vrag_compress.store.base import SearchMode
+
 EXIT_FAILED = 1
 EXIT_PARTIAL = 3
 EXIT_INTERRUPTED = 130
@@ -77,7 +81,7 @@ StoreOpt = typer.Option(
 
 def open_index(
     path: Path, readonly: bool = False, device: str = "auto", store: str | None = None
-) -> Any:
+) -> VisualIndex:
     from vrag_compress.index import VisualIndex, VisualIndexError
     from vrag_compress.store import StoreError
 
@@ -179,6 +183,7 @@ def index(
         _check_ray()
     from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
     from vrag_compress.index import VisualIndex
+    from vrag_compress.index_config import ImageOptions, IndexOptions
 
     extra = parse_metadata(metadata)
     check_choice(renderer, RENDERERS, "--renderer")
@@ -212,6 +217,16 @@ def index(
             if encoder_options and isinstance(encoder, ReadsPageText):  # auto chose MiniLM
                 err.print("[yellow]warning:[/] --dtype/--speedup ignored: MiniLM runs in fp32")
                 dtype, speedup = "auto", "none"
+            options = IndexOptions(
+                batch_size=batch_size,
+                dpi=dpi,
+                renderer=renderer,
+                images=ImageOptions(store=not no_images, max_side=image_max_side),
+                dtype=dtype,
+                speedup=speedup,
+                codes=codes,
+                fp16=fp16,
+            )
             vindex = VisualIndex.create(
                 index_dir,
                 model=model,
@@ -219,16 +234,8 @@ def index(
                 compressor=compressor,
                 ratio=ratio,
                 device=device,
-                batch_size=batch_size,
-                dpi=dpi,
-                renderer=renderer,
-                store_images=not no_images,
-                image_max_side=image_max_side,
                 store=store,
-                dtype=dtype,
-                speedup=speedup,
-                codes=codes,
-                fp16=fp16,
+                options=options,
             )
         with vindex:
             before = vindex.store.count()
@@ -269,11 +276,11 @@ def _require_extras(store: str | None, renderer: str) -> None:
     """The optional packages `--store URL` and `--renderer pdf2image` need, checked before any
     model loads: a missing one is one line naming the extra (exit 1), not a failure per file."""
     from vrag_compress.extras import missing_dependency_message
-    from vrag_compress.store.open import is_store_url
+    from vrag_compress.store.open import backend, is_store_url
 
     try:
         if store is not None and is_store_url(store):
-            import vrag_compress.store.qdrant  # noqa: F401
+            backend(store)  # imports the backend's client library
         if renderer == "pdf2image":
             import pdf2image  # noqa: F401
     except ImportError as error:
@@ -505,7 +512,12 @@ def search(
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
             hits = vindex.search(
-                query, k=k, filter=where, mode=mode, alpha=alpha, fts_syntax=fts_syntax
+                query,
+                k=k,
+                filter=where,
+                mode=cast("SearchMode", mode),  # checked against SEARCH_MODES above
+                alpha=alpha,
+                fts_syntax=fts_syntax,
             )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
@@ -608,7 +620,7 @@ def info(
     """Show the model, compressor, counts and size of an index, and list its documents."""
     with open_index(index_dir, readonly=True) as vindex:
         details = vindex.info(measure_recall=recall)
-        docs = [
+        docs: list[dict[str, Any]] = [
             {"doc_id": d.doc_id, "source": d.source, "n_pages": d.n_pages, "complete": d.complete}
             for d in vindex.documents()
         ]
@@ -776,6 +788,7 @@ def show(
         if not json_out:
             err.print(f"note: {summary['note']}", markup=False)
     elif explanation is None:
+        assert layout is not None  # the branch above took the page without either
         drawn = with_layout_legend(draw_layout(image, layout), layout)
         summary["legend"] = layout_legend_text(layout)
     elif explanation.heat is None:

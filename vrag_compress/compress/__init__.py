@@ -9,7 +9,13 @@ A new method is one `BaseCompressor` subclass that declares its capabilities, pl
 `register_compressor`.
 """
 
-from vrag_compress.compress.base import CompressedPage, CompressionError, Compressor, budget
+from vrag_compress.compress.base import (
+    BaseCompressor,
+    CompressedPage,
+    CompressionError,
+    Compressor,
+    budget,
+)
 from vrag_compress.compress.baselines import (
     AdaptiveEOSCompressor,
     ClusterCompressor,
@@ -19,7 +25,6 @@ from vrag_compress.compress.baselines import (
     RandomCompressor,
     calibrate_kappa,
 )
-from vrag_compress.compress.common import BaseCompressor
 from vrag_compress.compress.factory import (
     Capabilities,
     capabilities,

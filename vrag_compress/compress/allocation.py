@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vrag_compress.compress.base import CompressionError
+from vrag_compress.compress.errors import CompressionError
 
 BUDGETS = ("fixed", "adaptive")
 SIGNALS = ("coverage", "error")

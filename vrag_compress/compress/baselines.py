@@ -8,10 +8,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import (
+from vrag_compress.compress.base import (
     BaseCompressor,
+    CompressedPage,
+    CompressionError,
     check_page,
+)
+from vrag_compress.compress.common import (
     check_ratio,
     merged,
     page_seed,

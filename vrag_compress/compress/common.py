@@ -1,4 +1,4 @@
-"""`BaseCompressor` and the helpers compressors share: validation, normalisation, top-k, seeding.
+"""The helpers compressors share: the ratio check, normalisation, top-k, seeding, results.
 
 Every method validates its input the same way so that bad pages fail with the same clear message.
 """
@@ -6,14 +6,10 @@ Every method validates its input the same way so that bad pages fail with the sa
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, ClassVar
 
 import numpy as np
 
-from vrag_compress.compress.allocation import BUDGETS, BudgetRule, allocate, fit_threshold
-from vrag_compress.compress.base import CompressedPage, CompressionError, budget
+from vrag_compress.compress.base import CompressedPage, CompressionError
 from vrag_compress.encoders.base import PageEncoding
 
 UNIT_TOLERANCE = 1e-4
@@ -30,40 +26,6 @@ def check_ratio(ratio: float) -> float:
             f"ratio must be in (0, 1] (keep ratio; merge factor MF means ratio=1/MF), got {ratio!r}"
         )
     return value
-
-
-def check_page(page: PageEncoding, method: str, stats: str | None = None) -> None:
-    """Reject pages a compressor cannot use: not a PageEncoding, empty, NaN/inf, zero rows,
-    or missing the attention statistic ``stats`` ("centrality" or "eos_attention")."""
-    if not isinstance(page, PageEncoding):
-        raise CompressionError(
-            f"{method}: expected a PageEncoding, got {type(page).__name__}; "
-            "wrap arrays with PageEncoding(vectors, centrality=..., eos_attention=...)"
-        )
-    x = page.vectors
-    if x.shape[0] == 0 or x.shape[1] == 0:
-        raise CompressionError(
-            f"{method}: page has shape {x.shape}; a page needs N >= 1 tokens and D >= 1"
-        )
-    squared = np.einsum("ij,ij->i", x, x)  # one pass finds NaN/inf (propagate) and zero rows
-    if not np.isfinite(squared).all():
-        row = int(np.flatnonzero(~np.isfinite(squared))[0])
-        raise CompressionError(f"{method}: page vector row {row} contains NaN or inf")
-    if not squared.all():
-        row = int(np.flatnonzero(squared == 0)[0])
-        raise CompressionError(
-            f"{method}: page vector row {row} is all zeros (padding?); drop padded rows first"
-        )
-    if stats is None:
-        return
-    value = getattr(page, stats)
-    if value is None:
-        raise CompressionError(
-            f"{method} needs attention statistics ({stats}) but the page has none; "
-            "encode with with_stats=True (the index does this when compressor.requires_stats)"
-        )
-    if not np.isfinite(value).all():
-        raise CompressionError(f"{method}: page {stats} contains NaN or inf")
 
 
 def page_stat(page: PageEncoding, stats: str) -> np.ndarray:
@@ -118,149 +80,3 @@ def pruned(page: PageEncoding, kept: np.ndarray) -> CompressedPage:
 def merged(vectors: np.ndarray, assignment: np.ndarray) -> CompressedPage:
     """The CompressedPage of a merging method: representatives and each token's representative."""
     return CompressedPage(vectors=unit_rows(vectors), assignment=np.asarray(assignment, np.int64))
-
-
-ADAPTIVE_FIELDS = ("budget_signal", "budget_floor", "budget_cap", "budget_threshold")
-
-
-@dataclass(frozen=True)
-class BaseCompressor:
-    """The base class for compression methods, built-in and user-written.
-
-    Subclasses are frozen dataclasses whose fields are exactly the parameters of
-    ``get_compressor(name, **params)``, so ``get_compressor(c.name, **c.params) == c``; they
-    implement ``_compress`` (one page) and/or ``_compress_many`` (a batch) and declare what they
-    need with the capability attributes below, which `compressor_for` reads (a ``ratio`` field
-    is how a method says it takes a keep ratio). ``n_keep(page)`` is the page's vector count.
-
-    budget: "fixed" (``ceil(ratio * N)`` per page, as the papers) or "adaptive" (the budget
-    ``ratio * sum(N)`` spread by content; see `vrag_compress.compress.allocation`), with
-    ``budget_signal``, ``budget_floor``/``budget_cap`` (multiples of ``ratio * N``) and
-    ``budget_threshold`` (set by ``fit(pages)``; None spreads each batch's own share).
-    """
-
-    name: ClassVar[str] = "base"
-    kind: ClassVar[str] = "pruning"
-    """"pruning" (keeps source tokens), "merging" (builds new vectors) or "none"."""
-    stats: ClassVar[str | None] = None
-    """The attention statistic every page must carry ("centrality" or "eos_attention")."""
-    uses_window: ClassVar[bool] = False
-    """The method reads a SAP layer window ``layers``, chosen per model by `compressor_for`."""
-    needs_fit: ClassVar[bool] = False
-    """The method has a fitting step (``fit(pages)``) unless ``fitted`` is already True."""
-    fit_params: ClassVar[tuple[str, ...]] = ()
-    """Parameters that, when given, make the fitting step unnecessary."""
-    adaptive_budget: ClassVar[bool] = True
-    """The method can take ``budget="adaptive"`` (it needs a ``ratio`` too)."""
-
-    budget: str = field(default="fixed", kw_only=True)
-    budget_signal: str = field(default="coverage", kw_only=True)
-    budget_floor: float = field(default=0.25, kw_only=True)
-    budget_cap: float = field(default=4.0, kw_only=True)
-    budget_threshold: float | None = field(default=None, kw_only=True)
-
-    def __post_init__(self) -> None:
-        if self.budget not in BUDGETS:
-            raise CompressionError(
-                f"{self.name}: budget must be one of {BUDGETS}, got {self.budget!r}"
-            )
-        if self.budget == "fixed":
-            defaults = {f.name: f.default for f in fields(BaseCompressor)}
-            changed = [f for f in ADAPTIVE_FIELDS if getattr(self, f) != defaults[f]]
-            if changed:
-                raise CompressionError(
-                    f"{self.name}: {', '.join(changed)} only apply with budget='adaptive'"
-                )
-            return
-        if not self.adaptive_budget or not hasattr(self, "ratio"):
-            raise CompressionError(
-                f"{self.name} sets its own vector counts; budget='adaptive' applies to methods "
-                "with a keep ratio (sap, uot, random, eos, cluster and their variants)"
-            )
-        cls = type(self)
-        if (
-            cls._compress_k is BaseCompressor._compress_k
-            and cls._compress_many is BaseCompressor._compress_many
-        ):
-            raise CompressionError(
-                f"{self.name}: budget='adaptive' gives each page its own vector count, so the "
-                "method must implement _compress_k(page, k) (or _compress_many(pages))"
-            )
-        for key in ("budget_floor", "budget_cap"):
-            object.__setattr__(self, key, float(getattr(self, key)))
-        if self.budget_threshold is not None:
-            object.__setattr__(self, "budget_threshold", float(self.budget_threshold))
-        self.budget_rule().check(self.name)
-
-    def budget_rule(self) -> BudgetRule:
-        """The adaptive budget's rule (for ``budget="adaptive"``)."""
-        return BudgetRule(
-            float(getattr(self, "ratio", 1.0)),
-            self.budget_signal,
-            self.budget_floor,
-            self.budget_cap,
-            self.budget_threshold,
-        )
-
-    @property
-    def requires_stats(self) -> bool:
-        """Whether pages need attention statistics (the index captures them when True)."""
-        return self.stats is not None
-
-    @property
-    def fitted(self) -> bool:
-        """Whether the method compresses pages one by one without a fitting step first (an
-        adaptive budget without a threshold still compresses: it spreads each batch's share)."""
-        return self.budget == "fixed" or self.budget_threshold is not None
-
-    def fit(self, pages: list[PageEncoding]) -> BaseCompressor:
-        """A copy fitted on ``pages``: an adaptive budget gets its calibrated threshold (methods
-        without a fitting step return themselves)."""
-        if self.budget == "fixed":
-            return self
-        rule = replace(self.budget_rule(), threshold=None)
-        return replace(self, budget_threshold=fit_threshold(rule, [p.vectors for p in pages]))
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """Constructor parameters; the budget fields only when the budget is adaptive, so a
-        fixed-budget method records exactly what it did before adaptive budgets existed."""
-        params = {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(self).items()}
-        if self.budget == "fixed":
-            for key in ("budget", *ADAPTIVE_FIELDS):
-                params.pop(key, None)
-        return params
-
-    def n_keep(self, n_tokens: int) -> int:
-        """The fixed budget for a page of ``n_tokens``: ``max(1, ceil(ratio * N))``."""
-        return budget(n_tokens, getattr(self, "ratio", 1.0))
-
-    def keep_counts(self, pages: Sequence[PageEncoding]) -> list[int]:
-        """Vectors to keep for each page of one batch (fixed or adaptive budget)."""
-        if self.budget == "fixed":
-            return [self.n_keep(page.n_tokens) for page in pages]
-        return allocate(self.budget_rule(), [page.vectors for page in pages])
-
-    def compress(self, page: PageEncoding) -> CompressedPage:
-        check_page(page, self.name, self.stats)
-        return self._compress_many([page])[0]
-
-    def compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
-        for page in pages:
-            check_page(page, self.name, self.stats)
-        return self._compress_many(list(pages))
-
-    def _compress(self, page: PageEncoding) -> CompressedPage:
-        return self._compress_k(page, self.n_keep(page.n_tokens))
-
-    def _compress_k(self, page: PageEncoding, k: int) -> CompressedPage:
-        """One page to ``k`` vectors (methods with a keep ratio implement this or the batch)."""
-        raise NotImplementedError
-
-    def _compress_many(self, pages: list[PageEncoding]) -> list[CompressedPage]:
-        if self.budget == "fixed":
-            return [self._compress(page) for page in pages]
-        return [
-            self._compress_k(page, k)
-            for page, k in zip(pages, self.keep_counts(pages), strict=True)
-        ]

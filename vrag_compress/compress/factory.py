@@ -24,8 +24,9 @@ from vrag_compress.compress.profiles import (
     builtin_profile,
     fallback_window,
     resolve_profile,
+    takes_param,
 )
-from vrag_compress.compress.registry import COMPRESSORS, get_compressor, takes_param
+from vrag_compress.compress.registry import COMPRESSORS, get_compressor
 from vrag_compress.encoders.base import Encoder, PageEncoding
 
 ProfileLike = str | Path | dict | CalibrationProfile
@@ -53,6 +54,7 @@ class Capabilities:
     fit_params: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The capabilities as JSON (what `vrag methods --json` prints)."""
         return dataclasses.asdict(self)
 
 

@@ -6,6 +6,7 @@ Lives under `compress` (not `calibrate`) because SAP reads profiles and calibrat
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import re
@@ -181,3 +182,34 @@ def fallback_window(n_layers: int, rho: float = 0.2) -> tuple[int, ...]:
     width = math.ceil(rho * n_layers)
     end = max(1, n_layers - 2)
     return tuple(range(max(0, end - width), end))
+
+
+def profile_to_window(name: str, cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """``profile=`` -> ``layers`` (+ ``n_layers``), checked against explicit values."""
+    params = dict(params)
+    profile = params.pop("profile")
+    if profile is None:
+        return params
+    if not getattr(cls, "uses_window", False):
+        raise CompressionError(f"{name} takes no SAP layer-window profile")
+    found = resolve_profile(profile)
+    layers = params.get("layers")
+    if layers is not None and tuple(layers) != found.window:
+        raise ProfileError(
+            f"{name}: layers {list(layers)} disagree with the profile window "
+            f"{list(found.window)}; pass one of them"
+        )
+    n_layers = params.get("n_layers")
+    if n_layers is not None and n_layers != found.n_layers:
+        raise ProfileError(
+            f"{name}: n_layers={n_layers} disagrees with the profile ({found.n_layers})"
+        )
+    params["layers"] = list(found.window)
+    if takes_param(cls, "n_layers"):
+        params["n_layers"] = found.n_layers
+    return params
+
+
+def takes_param(cls: type, param: str) -> bool:
+    """Whether the class's constructor has a parameter named ``param``."""
+    return param in inspect.signature(cls).parameters

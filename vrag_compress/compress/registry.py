@@ -19,7 +19,7 @@ from vrag_compress.compress.baselines import (
     PoolCompressor,
     RandomCompressor,
 )
-from vrag_compress.compress.profiles import ProfileError, resolve_profile
+from vrag_compress.compress.profiles import profile_to_window
 from vrag_compress.compress.sap import SAPCompressor
 from vrag_compress.compress.uot import UOTCompressor
 from vrag_compress.compress.variants import VARIANTS
@@ -81,7 +81,7 @@ def get_compressor(name: str, **params: Any) -> Compressor:
     if "merge_factor" in params:
         params = _merge_factor_to_ratio(name, params)
     if "profile" in params:
-        params = _profile_to_window(name, cls, params)
+        params = profile_to_window(name, cls, params)
     try:
         compressor: Compressor = cls(**params)
     except TypeError as exc:
@@ -112,34 +112,3 @@ def _merge_factor_to_ratio(name: str, params: dict[str, Any]) -> dict[str, Any]:
         raise CompressionError(f"{name}: merge_factor must be a number >= 1, got {factor!r}")
     params["ratio"] = 1.0 / float(factor)
     return params
-
-
-def _profile_to_window(name: str, cls: type, params: dict[str, Any]) -> dict[str, Any]:
-    """``profile=`` -> ``layers`` (+ ``n_layers``), checked against explicit values."""
-    params = dict(params)
-    profile = params.pop("profile")
-    if profile is None:
-        return params
-    if not getattr(cls, "uses_window", False):
-        raise CompressionError(f"{name} takes no SAP layer-window profile")
-    found = resolve_profile(profile)
-    layers = params.get("layers")
-    if layers is not None and tuple(layers) != found.window:
-        raise ProfileError(
-            f"{name}: layers {list(layers)} disagree with the profile window "
-            f"{list(found.window)}; pass one of them"
-        )
-    n_layers = params.get("n_layers")
-    if n_layers is not None and n_layers != found.n_layers:
-        raise ProfileError(
-            f"{name}: n_layers={n_layers} disagrees with the profile ({found.n_layers})"
-        )
-    params["layers"] = list(found.window)
-    if takes_param(cls, "n_layers"):
-        params["n_layers"] = found.n_layers
-    return params
-
-
-def takes_param(cls: type, param: str) -> bool:
-    """Whether the class's constructor has a parameter named ``param``."""
-    return param in inspect.signature(cls).parameters

@@ -7,22 +7,17 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import ClassVar
 
 import numpy as np
 
-from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import (
-    BaseCompressor,
-    check_ratio,
-    page_stat,
-    pruned,
-    top_k_positions,
-)
+from vrag_compress.compress.base import BaseCompressor, CompressedPage, CompressionError
+from vrag_compress.compress.common import check_ratio, page_stat, pruned, top_k_positions
 from vrag_compress.compress.profiles import (
     CalibrationProfile,
     UncalibratedWindowWarning,
     fallback_window,
+    profile_to_window,
 )
 from vrag_compress.encoders.base import PageEncoding
 
@@ -72,12 +67,8 @@ class SAPCompressor(BaseCompressor):
     ) -> SAPCompressor:
         """Build from explicit layers or a profile; the same as ``get_compressor(cls.name, ...)``
         (a profile fixes both window and layer count)."""
-        from vrag_compress.compress.registry import get_compressor  # the registry imports SAP
-
-        built = get_compressor(
-            cls.name, ratio=ratio, layers=layers, profile=profile, n_layers=n_layers
-        )
-        return cast(SAPCompressor, built)
+        params = {"ratio": ratio, "layers": layers, "profile": profile, "n_layers": n_layers}
+        return cls(**profile_to_window(cls.name, cls, params))
 
     def window_for(self, n_layers: int) -> tuple[int, ...]:
         """The layer window used on a page with ``n_layers`` decoder layers (validated)."""

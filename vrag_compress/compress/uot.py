@@ -18,8 +18,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from vrag_compress.compress.base import CompressedPage, CompressionError
-from vrag_compress.compress.common import BaseCompressor, check_ratio, merged, page_seed
+from vrag_compress.compress.base import BaseCompressor, CompressedPage, CompressionError
+from vrag_compress.compress.common import check_ratio, merged, page_seed
 from vrag_compress.encoders.base import PageEncoding
 
 LINEAR_DOMAIN_MIN_EPSILON = 0.025

@@ -8,6 +8,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+ST_PREFIX = "st:"
+"""``st:NAME_OR_PATH`` names a Sentence Transformers multi-vector encoder (see encoders.st)."""
+
 
 class EncodingError(ValueError):
     """An encoding's arrays are malformed (wrong shape, dtype or NaN)."""
@@ -54,14 +57,17 @@ class PageEncoding:
 
     @property
     def n_tokens(self) -> int:
+        """Vectors on the page (N)."""
         return int(self.vectors.shape[0])
 
     @property
     def dim(self) -> int:
+        """Width of each vector (D)."""
         return int(self.vectors.shape[1])
 
     @property
     def n_layers(self) -> int | None:
+        """Decoder layers of the attention statistics (None without them)."""
         stats = self.centrality if self.centrality is not None else self.eos_attention
         return None if stats is None else int(stats.shape[0])
 
@@ -73,19 +79,39 @@ class Encoder(Protocol):
     The three attributes are only read: plain attributes or properties both satisfy them."""
 
     @property
-    def model_id(self) -> str: ...
+    def model_id(self) -> str:
+        """The model's hub id or folder, as the index records it."""
+        ...
 
     @property
-    def dim(self) -> int: ...
+    def dim(self) -> int:
+        """Width of the page and query vectors."""
+        ...
 
     @property
-    def n_layers(self) -> int: ...
+    def n_layers(self) -> int:
+        """Decoder layers of the model (what a SAP window indexes)."""
+        ...
 
     def encode_pages(
         self, images: list[Image.Image], *, with_stats: bool = False
-    ) -> list[PageEncoding]: ...
+    ) -> list[PageEncoding]:
+        """One `PageEncoding` per image (with attention statistics when ``with_stats``)."""
+        ...
 
-    def encode_queries(self, queries: list[str]) -> list[np.ndarray]: ...
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """One L2-normalised float32 [M, D] array per query."""
+        ...
+
+
+@runtime_checkable
+class QueryEncoder(Protocol):
+    """What search needs: queries to [M, D] multi-vectors (an `Encoder`, or a query-only export
+    such as the ONNX one, which loads no torch)."""
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """One L2-normalised float32 [M, D] array per query."""
+        ...
 
 
 @runtime_checkable
@@ -94,4 +120,6 @@ class ReadsPageText(Protocol):
 
     def encode_page_texts(
         self, texts: list[str | None], *, with_stats: bool = False
-    ) -> list[PageEncoding]: ...
+    ) -> list[PageEncoding]:
+        """One `PageEncoding` per page text (None: a page without text)."""
+        ...

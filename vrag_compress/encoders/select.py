@@ -10,10 +10,9 @@ import logging
 import os
 from typing import Any
 
+from vrag_compress.encoders.base import ST_PREFIX, Encoder
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.encoders.text import TEXT_MODELS
-
-ST_PREFIX = "st:"
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +28,7 @@ AUTO_FALLBACK = "minilm"
 
 
 def is_text_model(name: str) -> bool:
+    """Whether ``name`` is a page-text model (MiniLM) rather than a Col* one."""
     return str(name) in TEXT_MODELS
 
 
@@ -37,7 +37,7 @@ def is_st_name(name: str) -> bool:
     return str(name).startswith(ST_PREFIX)
 
 
-def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: Any) -> Any:
+def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: Any) -> Encoder:
     """An encoder for any supported name: ``minilm`` (page text), ``auto``, or a Col* model
     (hub id, local folder, tiny name; `options` go to the Col* loader)."""
     name = str(model)
@@ -63,7 +63,7 @@ def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: A
     return load_col_encoder(name, device=device, **options)
 
 
-def adapt_encoder(encoder: Any) -> Any:
+def adapt_encoder(encoder: Any) -> Encoder | None:
     """A Sentence Transformers `MultiVectorEncoder` becomes our encoder; others pass through."""
     if encoder is None or not is_multi_vector_encoder(encoder):
         return encoder
@@ -82,7 +82,7 @@ def is_multi_vector_encoder(obj: object) -> bool:
 
 def load_auto_encoder(
     *, device: str = "auto", candidates: tuple[str, ...] = AUTO_CANDIDATES, **options: Any
-) -> tuple[Any, str]:
+) -> tuple[Encoder, str]:
     """The best Col* encoder that loads here, else MiniLM; returns it with the reason."""
     from vrag_compress.encoders.colpali import load_encoder as load_col_encoder
 

@@ -27,12 +27,12 @@ import numpy as np
 from PIL import Image
 
 import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
-from vrag_compress.encoders.base import EncodingError, PageEncoding, unit_rows
+from vrag_compress.encoders.base import ST_PREFIX as PREFIX
+from vrag_compress.encoders.base import Encoder, EncodingError, PageEncoding, unit_rows
 from vrag_compress.encoders.errors import EncoderLoadError, StatsUnavailableError
-from vrag_compress.encoders.select import ST_PREFIX as PREFIX
 
 
-def load_st_encoder(name: str, *, device: str = "auto") -> Any:
+def load_st_encoder(name: str, *, device: str = "auto") -> Encoder:
     """``st:NAME_OR_PATH`` -> our encoder around a freshly loaded `MultiVectorEncoder`."""
     source = str(name).removeprefix(PREFIX)
     if not source:
@@ -54,7 +54,7 @@ def load_st_encoder(name: str, *, device: str = "auto") -> Any:
     return wrap_multi_vector_encoder(model, model_id=PREFIX + source)
 
 
-def wrap_multi_vector_encoder(model: Any, *, model_id: str | None = None) -> Any:
+def wrap_multi_vector_encoder(model: Any, *, model_id: str | None = None) -> Encoder:
     """Our `Encoder` for a `MultiVectorEncoder`: page images if it reads images, else page text."""
     model_id = model_id or PREFIX + _source_of(model)
     if "image" in (model.modalities or []):

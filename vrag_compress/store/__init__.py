@@ -1,4 +1,14 @@
-"""Multi-vector page stores: the `MultiVectorStore` protocol and the embedded `LocalStore`."""
+"""Multi-vector page stores: the `MultiVectorStore` protocol and the embedded `LocalStore`.
+
+`LocalStore` and `StoreOptions` load on first use (PEP 562), so importing a store submodule
+(the store's own modules import their siblings) never runs the whole embedded store first:
+the package imports only the protocol, its errors and the input checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from vrag_compress.store.base import (
     DocumentRecord,
@@ -19,8 +29,12 @@ from vrag_compress.store.base import (
     VerifyReport,
 )
 from vrag_compress.store.filters import FilterError
-from vrag_compress.store.local import LocalStore, StoreOptions
 from vrag_compress.store.validate import StoreInputError
+
+if TYPE_CHECKING:
+    from vrag_compress.store.local import LocalStore, StoreOptions
+
+_LAZY = {"LocalStore": "vrag_compress.store.local", "StoreOptions": "vrag_compress.store.local"}
 
 __all__ = [
     "DocumentRecord",
@@ -44,3 +58,10 @@ __all__ = [
     "StoreReadOnlyError",
     "VerifyReport",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`LocalStore` and `StoreOptions`, imported on first access."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

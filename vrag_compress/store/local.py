@@ -258,6 +258,7 @@ class LocalStore(MultiVectorStore):
 
     @property
     def closed(self) -> bool:
+        """Whether `close` has run."""
         return self._ctx.catalog.closed
 
     def _upgrade_schema(self) -> None:
@@ -283,10 +284,12 @@ class LocalStore(MultiVectorStore):
 
     @property
     def config(self) -> dict[str, Any]:
+        """A copy of the config recorded at creation."""
         return json.loads(json.dumps(self._meta["config"]))
 
     @property
     def library_version(self) -> str:
+        """The vrag_compress version that created the store."""
         return str(self._meta.get("library_version", ""))
 
     def update_config(self, **changes: Any) -> None:
@@ -350,6 +353,7 @@ class LocalStore(MultiVectorStore):
     # ----------------------------------------------------------------- reads
 
     def count(self) -> int:
+        """How many pages the store holds."""
         with self._ctx.catalog.read() as conn:
             return cat.count_pages(conn)
 
@@ -403,10 +407,12 @@ class LocalStore(MultiVectorStore):
         return PageRecord(page_id, doc_id, page_no, vectors, metadata, image_ref, text)
 
     def documents(self) -> list[DocumentRecord]:
+        """Every document row, in document id order."""
         with self._ctx.catalog.read() as conn:
             return cat.documents(conn)
 
     def document(self, doc_id: str) -> DocumentRecord | None:
+        """One document row, or None when the store has no such document."""
         check_id(doc_id, "doc_id")
         with self._ctx.catalog.read() as conn:
             return cat.document(conn, doc_id)

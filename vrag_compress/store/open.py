@@ -1,64 +1,92 @@
-"""One entry point for every store backend: a folder path is the embedded `LocalStore`, a
-``qdrant://`` / ``qdrant+local://`` URL is a `QdrantStore`. Callers (the index, the CLI, `vrag
-migrate`) then need no change beyond a URL, and qdrant-client is imported only when used.
+"""One entry point for every store backend, through one table (`BACKENDS`): a folder path is the
+embedded `LocalStore`; a URL's scheme names the module that builds its store (``qdrant://``,
+``qdrants://``, ``qdrant+local://``, ``qdrant+memory://`` -> `vrag_compress.store.qdrant`).
+Callers (the index, the CLI, `vrag migrate`) then need no change beyond a URL, and a backend's
+client library is imported only when one of its URLs is used. Adding a backend = its module
+(with the three functions of `Backend`) + one row.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Protocol, cast
 
 from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
 from vrag_compress.store.local import LocalStore
 from vrag_compress.store.validate import StoreInputError
 
-QDRANT_PREFIXES = ("qdrant://", "qdrants://", "qdrant+local://", "qdrant+memory://")
-API_KEY_ENV = "QDRANT_API_KEY"
-# The Qdrant server the user names for this shell: an index folder whose store.json points at the
-# same host and port gets QDRANT_API_KEY; any other folder's server never does.
-USER_URL_ENV = "VRAG_QDRANT_URL"
-# Comma-separated host[:port] names that may also receive QDRANT_API_KEY from a folder's pointer.
-API_KEY_HOSTS_ENV = "QDRANT_API_KEY_HOSTS"
+BACKENDS: dict[str, str] = {
+    "qdrant": "vrag_compress.store.qdrant",
+    "qdrants": "vrag_compress.store.qdrant",
+    "qdrant+local": "vrag_compress.store.qdrant",
+    "qdrant+memory": "vrag_compress.store.qdrant",
+}
+"""URL scheme -> the module whose `Backend` functions create and open that kind of store."""
 POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
+
+
+class Backend(Protocol):
+    """What a backend module in `BACKENDS` provides (module-level functions)."""
+
+    def create_store(self, url: str, config: dict[str, Any], **options: Any) -> MultiVectorStore:
+        """A new, empty store at ``url`` recording ``config``; an existing one is an error."""
+        ...
+
+    def open_store(
+        self, url: str, *, readonly: bool, expect: dict[str, Any] | None, **options: Any
+    ) -> MultiVectorStore:
+        """The existing store at ``url``; ``expect`` lists config values that must match."""
+        ...
+
+    def pointer_url(self, url: str) -> str:
+        """``url`` as store.json records it (checked to hold no secret, made location-free)."""
+        ...
 
 
 class StorePointer(str):
     """A store URL read from an index folder's store.json rather than given by the user.
 
-    Whoever wrote the folder chose it, so credentials from the environment go to its host only
-    when the user named that host too (see :func:`api_key_for`)."""
+    Whoever wrote the folder chose it, so a backend sends credentials from the environment to
+    its host only when the user named that host too (see `qdrant_access.api_key_for`)."""
 
     folder: Path
 
     def __new__(cls, url: str, folder: Path) -> StorePointer:
+        """The URL, remembering the index folder whose store.json named it."""
         pointer = super().__new__(cls, url)
         pointer.folder = folder
         return pointer
 
 
+def _scheme(target: str | os.PathLike[str]) -> str | None:
+    scheme, sep, _ = str(target).partition("://")
+    return scheme if sep else None
+
+
 def is_store_url(target: str | os.PathLike[str]) -> bool:
-    """Whether ``target`` names a remote/Qdrant store rather than an embedded store folder."""
-    return str(target).startswith(QDRANT_PREFIXES)
+    """Whether ``target`` names a backend's store by URL rather than an embedded store folder."""
+    return _scheme(target) in BACKENDS
+
+
+def backend(url: str | os.PathLike[str]) -> Backend:
+    """The backend module for ``url``'s scheme (imported now)."""
+    module = BACKENDS.get(_scheme(url) or "")
+    if module is None:
+        schemes = ", ".join(f"{s}://" for s in BACKENDS)
+        raise StoreInputError(f"{url!r} is not a store URL (one of {schemes})")
+    return cast(Backend, importlib.import_module(module))
 
 
 def create_store(
     target: str | os.PathLike[str], config: dict[str, Any], **options: Any
 ) -> MultiVectorStore:
-    """A new store at a folder path (embedded) or a Qdrant URL."""
+    """A new store at a folder path (embedded) or a backend's URL."""
     if is_store_url(target):
-        from vrag_compress.store.qdrant import QdrantStore
-
-        if isinstance(config, dict) and config.get("fp16", True) is False:
-            raise StoreInputError(
-                f"config fp16=False (vectors kept only as residual codes) needs the embedded "
-                f"store; {target} is a Qdrant store"
-            )
-
-        options.setdefault("api_key", api_key_for(target))
-        return QdrantStore.create(str(target), config, **options)
+        url = cast(str, target)  # a str (or a StorePointer, which backends check for)
+        return backend(url).create_store(url, config, **options)
     return LocalStore.create(Path(target), config, **options)
 
 
@@ -69,89 +97,18 @@ def open_store(
     expect: dict[str, Any] | None = None,
     **options: Any,
 ) -> MultiVectorStore:
-    """Open an existing store at a folder path (embedded) or a Qdrant URL."""
+    """Open an existing store at a folder path (embedded) or a backend's URL."""
     if is_store_url(target):
-        from vrag_compress.store.qdrant import QdrantStore
-
-        withheld = key_withheld(target) if "api_key" not in options else None
-        options.setdefault("api_key", api_key_for(target))
-        try:
-            return QdrantStore.open(str(target), readonly=readonly, expect=expect, **options)
-        except Exception as error:
-            if withheld and getattr(error, "status_code", None) in (401, 403):
-                refused = f"the Qdrant server refused the connection: {withheld}"
-                raise StoreInputError(refused) from None
-            raise
+        url = cast(str, target)  # a str (or a StorePointer, which backends check for)
+        return backend(url).open_store(url, readonly=readonly, expect=expect, **options)
     return LocalStore.open(Path(target), readonly=readonly, expect=expect, **options)
-
-
-def api_key_for(target: str | os.PathLike[str]) -> str | None:
-    """``QDRANT_API_KEY`` for a server the user named in this invocation; None otherwise.
-
-    A URL the user gave (``--store``, ``store=``) gets the key. A URL read from an index folder's
-    store.json (a :class:`StorePointer`) gets it only when the user named the same server too:
-    ``VRAG_QDRANT_URL`` with that host and port, or the host in ``QDRANT_API_KEY_HOSTS``. Whoever
-    wrote the folder must not choose where the key goes, and a loopback port is no exception (any
-    local user can listen there): without a match the store connects without the key."""
-    key = os.environ.get(API_KEY_ENV) or None
-    if key is None or not isinstance(target, StorePointer):
-        return key
-    return key if _user_named(str(target)) else None
-
-
-def key_withheld(target: str | os.PathLike[str]) -> str | None:
-    """Why ``QDRANT_API_KEY`` is not sent to ``target``'s server (None when it is, or unset)."""
-    if not os.environ.get(API_KEY_ENV) or not isinstance(target, StorePointer):
-        return None
-    if _user_named(str(target)):
-        return None
-    from vrag_compress.store.qdrant import parse_qdrant_url
-
-    where = parse_qdrant_url(str(target))
-    return (
-        f"{API_KEY_ENV} was not sent to {where.host}:{where.port}, which "
-        f"{target.folder / POINTER_NAME} names and you did not; if you trust it, set "
-        f"{USER_URL_ENV}=qdrant://{where.host}:{where.port} or pass the URL with --store / store="
-    )
-
-
-def _user_named(url: str) -> bool:
-    """Whether the user named this server: ``VRAG_QDRANT_URL`` or ``QDRANT_API_KEY_HOSTS``."""
-    from vrag_compress.store.qdrant import parse_qdrant_url
-
-    where = parse_qdrant_url(url)
-    if where.host is None:
-        return False
-    named = urlsplit(os.environ.get(USER_URL_ENV, "").strip())
-    try:
-        same_port = (named.port or 6333) == where.port
-    except ValueError:  # not a port number: names nothing
-        same_port = False
-    if (named.hostname or "").lower() == where.host.lower().strip("[]") and same_port:
-        return True
-    hosts = {h.strip().lower() for h in os.environ.get(API_KEY_HOSTS_ENV, "").split(",")}
-    return where.host.lower() in hosts or f"{where.host}:{where.port}".lower() in hosts
-
-
-def absolute_store_url(url: str) -> str:
-    """``qdrant+local://rel/dir`` made absolute, so a pointer works from any working directory."""
-    prefix = "qdrant+local://"
-    if not url.startswith(prefix):
-        return url
-    path, sep, query = url[len(prefix) :].partition("?")
-    return prefix + str(Path(path).resolve()) + sep + query
 
 
 def write_store_pointer(index_dir: str | os.PathLike[str], url: str) -> None:
     """Record in an index folder that its vectors live in the store at ``url`` (no secrets)."""
-    if not is_store_url(url):
-        raise StoreInputError(f"{url!r} is not a store URL (qdrant://... or qdrant+local://...)")
-    from vrag_compress.store.qdrant import check_no_secrets
-
-    check_no_secrets(url)
     pointer = Path(index_dir) / POINTER_NAME
     tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": absolute_store_url(str(url))}, indent=2))
+    tmp.write_text(json.dumps({"url": backend(url).pointer_url(str(url))}, indent=2))
     os.replace(tmp, pointer)
 
 

@@ -26,16 +26,12 @@ before their document rows (a crash never marks a document complete without its 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import parse_qs
 
 import numpy as np
 
@@ -51,13 +47,22 @@ from vrag_compress.store.base import (
     StoreConfigMismatch,
     StoreError,
     StoreExistsError,
-    StoreLockedError,
     StoreNotFoundError,
     StoreReadOnlyError,
     VerifyReport,
 )
 from vrag_compress.store.fusion import RRF_K, check_alpha, fuse
 from vrag_compress.store.lexical import sparse_document, sparse_query
+from vrag_compress.store.qdrant_access import (
+    QdrantLocation,
+    QdrantOptions,
+    api_key_for,
+    key_withheld,
+    parse_qdrant_url,
+    url_options,
+    with_retries,
+)
+from vrag_compress.store.qdrant_access import pointer_url as pointer_url  # a backend function
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,
@@ -80,7 +85,6 @@ from vrag_compress.version import __version__
 
 try:
     from qdrant_client import QdrantClient, models
-    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the Qdrant backend needs qdrant-client: pip install 'vrag-compress[qdrant]'"
@@ -94,216 +98,37 @@ SIDECAR_SUFFIX = "__vrag"
 SCHEMA_VERSION = 1
 _NAMESPACE = uuid.UUID("5b0c6f1e-6a43-4c1e-9a53-3b8d2f6c1a77")
 _CONFIG_ID = str(uuid.uuid5(_NAMESPACE, "config:"))
-_NAME_RE = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
 _TIE_MARGIN = 8  # extra hits fetched so ties at the k-th score can be ordered by page_id
 T = TypeVar("T")
 
 
-class QdrantUnavailableError(StoreError):
-    """The Qdrant server could not be reached (after retries) or refused the request."""
+# ----------------------------------------------------------------------------- the backend
+# this module's row in vrag_compress.store.open.BACKENDS: create_store, open_store, pointer_url
 
 
-# ----------------------------------------------------------------------------- locations
+def create_store(url: str, config: dict[str, Any], **options: Any) -> MultiVectorStore:
+    """A new Qdrant collection at ``url`` (the key goes only where `api_key_for` allows)."""
+    if isinstance(config, dict) and config.get("fp16", True) is False:
+        raise StoreInputError(
+            f"config fp16=False (vectors kept only as residual codes) needs the embedded "
+            f"store; {url} is a Qdrant store"
+        )
+    options.setdefault("api_key", api_key_for(url))
+    return QdrantStore.create(str(url), config, **options)
 
 
-@dataclass(frozen=True)
-class QdrantLocation:
-    """Where a collection lives: a server (``host:port``), a local-mode folder, or memory."""
-
-    collection: str
-    host: str | None = None
-    port: int = 6333
-    path: str | None = None
-    https: bool = False
-    prefer_grpc: bool = False
-    grpc_port: int = 6334
-    api_key: str | None = field(default=None, repr=False)
-
-    @property
-    def url(self) -> str:
-        """The URL this location was parsed from (no API key)."""
-        if self.host is not None:
-            extra = "?https=true" if self.https else ""
-            return f"qdrant://{self.host}:{self.port}/{self.collection}{extra}"
-        if self.path == ":memory:":
-            return f"qdrant+memory://{self.collection}"
-        return f"qdrant+local://{self.path}?collection={self.collection}"
-
-    def client(self, timeout: float = 30.0) -> QdrantClient:
-        if self.host is not None:
-            self.check_key_transport()
-            return QdrantClient(
-                host=self.host,
-                port=self.port,
-                https=self.https,
-                api_key=self.api_key,
-                prefer_grpc=self.prefer_grpc,
-                grpc_port=self.grpc_port,
-                timeout=int(timeout),
-            )
-        try:
-            return (
-                QdrantClient(path=self.path)
-                if self.path != ":memory:"
-                else QdrantClient(location=":memory:")
-            )
-        except RuntimeError as exc:  # local mode holds a portalocker lock on its folder
-            if "already accessed" in str(exc):
-                raise StoreLockedError(
-                    f"Qdrant local folder {self.path} is open in another client or process; "
-                    "local mode allows one client at a time (use a Qdrant server for sharing)"
-                ) from exc
-            raise
-
-    @property
-    def loopback(self) -> bool:
-        """Whether the server is on this machine (``localhost``, ``127.x``, ``::1``)."""
-        return self.host is not None and is_loopback(self.host)
-
-    def check_key_transport(self) -> None:
-        """Refuse to send an API key in clear text (plain HTTP) to another machine."""
-        if self.api_key and not self.https and not self.loopback:
-            raise StoreInputError(
-                f"refusing to send the Qdrant API key over plain HTTP to {self.host}; "
-                f"use qdrants://{self.host}:{self.port}/{self.collection} (HTTPS)"
-            )
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP address."""
-    if host.lower() == "localhost":
-        return True
+def open_store(
+    url: str, *, readonly: bool, expect: dict[str, Any] | None, **options: Any
+) -> MultiVectorStore:
+    """Open the Qdrant collection at ``url``; a refusal after a withheld key says why."""
+    withheld = key_withheld(url) if "api_key" not in options else None
+    options.setdefault("api_key", api_key_for(url))
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-# Query parameters that would carry a credential: never accepted, since URLs are saved and shown.
-SECRET_PARAMS = frozenset({"api_key", "apikey", "api-key", "key", "token", "password"})
-
-
-def check_no_secrets(url: str) -> None:
-    """A store URL must not carry a credential: it is written to store.json and printed."""
-    base, _, query = str(url).partition("?")
-    named = {k.lower() for k in parse_qs(query, keep_blank_values=True)}
-    if named & SECRET_PARAMS:
-        raise StoreInputError(
-            f"{base}: do not put an API key in the store URL (it would be saved in the index "
-            "folder and shown in reports); set the QDRANT_API_KEY environment variable"
-        )
-
-
-def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
-    """``qdrant://host:port/collection`` (server, ``qdrants://`` for HTTPS, ``?grpc=true``),
-    ``qdrant+local://PATH[?collection=NAME]`` (local mode folder), ``qdrant+memory://NAME``."""
-    url = str(url)
-    check_no_secrets(url)
-    base, _, query = url.partition("?")
-    params = {k: v[-1] for k, v in parse_qs(query).items()}
-    if base.startswith("qdrant+local://"):
-        path = base[len("qdrant+local://") :]
-        if not path:
-            raise StoreInputError(f"{url}: qdrant+local:// needs a folder, e.g. qdrant+local://./q")
-        return QdrantLocation(_collection(params.get("collection", "vrag"), url), path=path)
-    if base.startswith("qdrant+memory://"):
-        return QdrantLocation(
-            _collection(base[len("qdrant+memory://") :] or "vrag", url), path=":memory:"
-        )
-    scheme, sep, rest = base.partition("://")
-    if not sep or scheme not in ("qdrant", "qdrants"):
-        raise StoreInputError(
-            f"{url!r} is not a Qdrant URL; use qdrant://host:port/collection, "
-            "qdrants://host:port/collection or qdrant+local://PATH"
-        )
-    hostport, _, collection = rest.partition("/")
-    host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "6333")
-    if not host or not port.isdigit():
-        raise StoreInputError(f"{url}: expected qdrant://host:port/collection")
-    return QdrantLocation(
-        _collection(collection.strip("/"), url),
-        host=host,
-        port=int(port),
-        https=scheme == "qdrants" or params.get("https") == "true",
-        prefer_grpc=params.get("grpc") == "true",
-        grpc_port=int(params.get("grpc_port", 6334)),
-        api_key=api_key,
-    )
-
-
-def _collection(name: str, url: str) -> str:
-    if not _NAME_RE.match(name):
-        raise StoreInputError(
-            f"{url}: collection name {name!r} must be 1-200 letters, digits, '_' or '-'"
-        )
-    return name
-
-
-# ----------------------------------------------------------------------------- options
-
-
-@dataclass
-class QdrantOptions:
-    """Tuning knobs (not persisted; pass them to `create`/`open`)."""
-
-    candidates: int = 200  # pages the prefetch returns for the MaxSim rerank
-    exact_max_pages: int = 10_000  # `auto` scans all pages exactly up to this many
-    batch_size: int = 64  # points per upsert/retrieve request
-    retries: int = 3  # extra attempts on transient errors (network, 5xx)
-    retry_backoff_s: float = 0.5  # doubled after every failed attempt
-    timeout_s: float = 30.0
-    on_disk: bool = False  # server: keep the page multivectors on disk (memory-mapped)
-    shards: int | None = None  # server: shards of a new collection (Qdrant's default: 1)
-    replicas: int | None = None  # server: copies of each shard of a new collection (default: 1)
-
-
-COLLECTION_PARAMS = {"shards": "shards", "replicas": "replicas", "on_disk": "on_disk"}
-"""URL query parameters that set `QdrantOptions` for a new collection."""
-
-
-def url_options(url: str) -> dict[str, Any]:
-    """The collection options a store URL carries:
-    ``qdrant://host:6333/name?shards=4&replicas=2&on_disk=true``."""
-    _, _, query = str(url).partition("?")
-    options: dict[str, Any] = {}
-    for key, values in parse_qs(query).items():
-        if key not in COLLECTION_PARAMS:
-            continue
-        value = values[-1].strip().lower()
-        if key == "on_disk":
-            if value not in ("true", "false"):
-                raise StoreInputError(f"{url}: on_disk must be true or false, got {value!r}")
-            options[key] = value == "true"
-        elif not value.isdigit() or not 1 <= int(value) <= 10_000:
-            raise StoreInputError(f"{url}: {key} must be a whole number >= 1, got {value!r}")
-        else:
-            options[key] = int(value)
-    return options
-
-
-def with_retries(call: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:
-    """Run ``call``; transient failures (connection, timeouts, HTTP 5xx) are retried."""
-    for attempt in range(retries + 1):
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - classified below
-            if not _transient(exc):
-                raise
-            if attempt == retries:
-                raise QdrantUnavailableError(
-                    f"Qdrant {what} failed after {retries + 1} attempts: {exc}. Check that the "
-                    "server is up and reachable (curl http://HOST:6333/readyz)"
-                ) from exc
-            time.sleep(backoff_s * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _transient(exc: Exception) -> bool:
-    if isinstance(exc, UnexpectedResponse):
-        return exc.status_code is not None and exc.status_code >= 500
-    if isinstance(exc, (ResponseHandlingException, ConnectionError, TimeoutError)):
-        return True
-    return type(exc).__name__ in ("_InactiveRpcError", "RpcError")  # grpc, if used
+        return QdrantStore.open(str(url), readonly=readonly, expect=expect, **options)
+    except Exception as error:
+        if withheld and getattr(error, "status_code", None) in (401, 403):
+            raise StoreInputError(f"the Qdrant server refused the connection: {withheld}") from None
+        raise
 
 
 # ----------------------------------------------------------------------------- the store

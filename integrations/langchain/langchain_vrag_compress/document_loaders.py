@@ -52,6 +52,7 @@ class PDFPageLoader(BaseLoader):
         self.on_error = on_error
 
     def lazy_load(self) -> Iterator[Document]:
+        """One `Document` per page, file by file; a bad file goes to ``on_error``."""
         files, errors = find_documents(self.paths, recursive=self.recursive)
         for error in errors:
             self._handle(error)

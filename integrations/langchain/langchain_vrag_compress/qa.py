@@ -135,6 +135,7 @@ class LangChainChatModel:
         self.model = model
 
     def stream(self, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
+        """The answer's text pieces as the LangChain model streams them."""
         for chunk in self.model.stream([_langchain_message(m) for m in messages]):
             text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
             if text:

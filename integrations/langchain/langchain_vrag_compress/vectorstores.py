@@ -69,6 +69,7 @@ class EmbeddingsEncoder:
 
     @property
     def dim(self) -> int:
+        """The embedding width, probed once with a short query."""
         if self._dim is None:
             self._dim = int(len(self.embedding.embed_query("dimension probe")))
         return self._dim
@@ -76,6 +77,7 @@ class EmbeddingsEncoder:
     def encode_pages(
         self, images: list[Image.Image], *, with_stats: bool = False
     ) -> list[PageEncoding]:
+        """Refused: a text embedding cannot encode page images (the error says what to use)."""
         raise VragStoreError(
             f"this store embeds text with {self.model_id}, which cannot encode page images; "
             "create the store on a VisualIndex built with a Col* model "
@@ -83,9 +85,11 @@ class EmbeddingsEncoder:
         )
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """Each query embedded as a one-row multi-vector [1, D], L2-normalised."""
         return [_unit_rows(self.embedding.embed_query(q), f"query {q!r}") for q in queries]
 
     def encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        """Each text embedded as a one-row multi-vector [1, D], L2-normalised."""
         vectors = self.embedding.embed_documents(texts)
         return [_unit_rows(v, f"text {i}") for i, v in enumerate(vectors)]
 
@@ -176,6 +180,7 @@ class VragVectorStore(VectorStore):
 
     @property
     def embeddings(self) -> Embeddings | None:
+        """The text `Embeddings` given to this store (None: the index's own encoder embeds)."""
         return self._embedding
 
     def close(self) -> None:
@@ -306,6 +311,7 @@ class VragVectorStore(VectorStore):
     def similarity_search(
         self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        """Top-k entries by MaxSim, best first (`similarity_search_with_score` without scores)."""
         return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
 
     def similarity_search_with_score(
@@ -394,6 +400,7 @@ class VragVectorStore(VectorStore):
     def hybrid_search(
         self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        """Top-k entries by MaxSim and BM25 fused (`hybrid_search_with_score` without scores)."""
         return [doc for doc, _ in self.hybrid_search_with_score(query, k, filter, **kwargs)]
 
     def text_search_with_score(
@@ -406,6 +413,7 @@ class VragVectorStore(VectorStore):
     def text_search(
         self, query: str, k: int = 5, filter: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Document]:
+        """Top-k entries by BM25 over the stored text (`text_search_with_score` without scores)."""
         return [doc for doc, _ in self.text_search_with_score(query, k, filter, **kwargs)]
 
     def _search_text_modes(
