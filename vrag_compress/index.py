@@ -50,6 +50,8 @@ from vrag_compress.store import (
 from vrag_compress.store.base import SearchMode
 from vrag_compress.store.catalog import CATALOG_NAME
 from vrag_compress.store.filters import check_user_metadata
+from vrag_compress.store.layout import choose_layout
+from vrag_compress.store.layout import describe as describe_layout
 from vrag_compress.store.open import (
     create_store,
     open_store,
@@ -200,8 +202,8 @@ class VisualIndex:
         store: str | None = None,
         dtype: str = "auto",
         speedup: str = "none",
-        codes: str = "none",
-        fp16: bool = True,
+        codes: str | None = None,
+        fp16: bool | None = None,
     ) -> VisualIndex:
         """Create a new index folder. The encoder loads here (to learn the vector dimension).
 
@@ -215,19 +217,22 @@ class VisualIndex:
         layers on the CPU) trade a little precision for Col* encoding speed; they are recorded
         and used again whenever the index loads its encoder (`vrag bench encode` measures them).
         `codes` ("none", "4bit", "2bit") are the residual codes the candidate index keeps per
-        vector; ``fp16=False`` (embedded store, with 4bit or 2bit codes) keeps only those codes
-        and no fp16 vectors: an index several times smaller that reranks on decoded vectors.
+        vector. By default (``fp16=None``) the embedded store picks its layout by size: fp16
+        rows while small, `codes` (4bit unless given) once it holds enough vectors for its
+        candidate index (store/layout.py; ``codes="none"`` keeps fp16 rows for good).
+        ``fp16=True`` always keeps the fp16 rows (with `codes` beside them if given);
+        ``fp16=False`` (embedded store) keeps only the codes: an index several times smaller
+        that reranks on decoded vectors. The choice is kept in the index config.
         """
         path = Path(path)
         try:
             options = encoder_options(dtype, speedup)
         except ValueError as error:
             raise VisualIndexError(str(error)) from None
-        if not fp16 and (codes not in ("4bit", "2bit") or store is not None):
-            raise VisualIndexError(
-                "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
-                f"codes={codes!r}, store={store!r})"
-            )
+        try:
+            codes, fp16, layout_rule = choose_layout(codes, fp16, embedded=store is None)
+        except ValueError as error:
+            raise VisualIndexError(str(error)) from None
         encoder = adapt_encoder(encoder)
         if encoder is None:
             from vrag_compress.encoders import load_encoder
@@ -254,6 +259,7 @@ class VisualIndex:
             encoder_options=options,
             codes=codes,
             fp16=fp16,
+            layout=layout_rule,
         ).to_dict()
         if store is None:
             return cls(path, LocalStore.create(path, config), encoder, device, built)
@@ -527,18 +533,30 @@ class VisualIndex:
             ),
             # an index without fp16 vectors keeps fp16 rows until its codes are trained
             "staged_vectors": store.staged_vectors() if isinstance(store, LocalStore) else 0,
+            "layout": describe_layout(store.config) if isinstance(store, LocalStore) else None,
         }
 
     def optimize(
-        self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
+        self,
+        *,
+        codes: str | None = None,
+        retrain: bool = False,
+        recall_target: float | None = None,
+        fp16: bool | None = None,
     ) -> dict[str, Any]:
         """Compact the store and (re)train its candidate index; returns the index's parameters
-        (``retrain`` and ``recall_target``: see `LocalStore.optimize`)."""
+        (``retrain``, ``recall_target`` and ``fp16``: see `LocalStore.optimize`;
+        ``fp16=False`` converts the index to codes only, in place)."""
         if not isinstance(self.store, OptimizableStore):
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        details = self.store.optimize(codes=codes, retrain=retrain, recall_target=recall_target)
+        if fp16 is not None and not isinstance(self.store, LocalStore):
+            raise VisualIndexError(f"{self.path}: only the embedded store can drop fp16 vectors")
+        kwargs: dict[str, Any] = {} if fp16 is None else {"fp16": fp16}
+        details = self.store.optimize(
+            codes=codes, retrain=retrain, recall_target=recall_target, **kwargs
+        )
         self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
         return details
 

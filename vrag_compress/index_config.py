@@ -72,7 +72,9 @@ class IndexConfig:
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
     ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
     "4bit", "2bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
-    keeps no fp16 vectors at all (searches rerank the decoded codes; fixed at creation).
+    keeps no fp16 vectors at all (searches rerank the decoded codes); ``layout`` "auto" keeps
+    fp16 rows while the index is small and switches to ``codes`` past a size (the default of a
+    new index, store/layout.py), "fixed" keeps what ``fp16`` says.
     ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
     "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
     """
@@ -91,6 +93,7 @@ class IndexConfig:
     codes: str = "none"
     encoder_options: dict[str, str] = field(default_factory=dict)
     fp16: bool = True
+    layout: str = "fixed"
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -118,6 +121,8 @@ class IndexConfig:
             data["encoder_options"] = dict(self.encoder_options)
         if not self.fp16:
             data["fp16"] = False
+        if self.layout == "auto":
+            data["layout"] = "auto"
         return data
 
     @classmethod
@@ -139,6 +144,9 @@ class IndexConfig:
         codes = data.get("codes", "none")
         if codes not in CODES:
             raise IndexConfigError(f"index config 'codes' must be one of {CODES}, got {codes!r}")
+        layout = data.get("layout", "fixed")
+        if layout not in ("auto", "fixed"):
+            raise IndexConfigError(f"index config 'layout' must be auto or fixed, got {layout!r}")
         try:
             return cls(
                 model_id=str(data["model_id"]),
@@ -155,6 +163,7 @@ class IndexConfig:
                 codes=codes,
                 encoder_options=_encoder_options(data.get("encoder_options") or {}),
                 fp16=data.get("fp16", True) is not False,
+                layout=layout,
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )
