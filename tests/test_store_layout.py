@@ -52,7 +52,9 @@ def keeps_rows(store: LocalStore, path: Path) -> bool:
 
 def mean_cosine(store: LocalStore, ids: list[int]) -> float:
     got = store.get([f"p{i:04d}" for i in ids])
-    return float(np.mean([np.sum(g.vectors * page(i), axis=1).mean() for g, i in zip(got, ids)]))
+    return float(
+        np.mean([np.sum(g.vectors * page(i), axis=1).mean() for g, i in zip(got, ids, strict=True)])
+    )
 
 
 def test_the_size_rule_keeps_fp16_while_small_then_codes(tmp_path):
@@ -134,7 +136,7 @@ def test_in_place_switch_to_codes_and_no_way_back(tmp_path):
         assert info["codes"] == "2bit" and not keeps_rows(store, path)
         after = [[h.page_id for h in hits] for hits in store.search_many(queries, 5)]
         assert [b[0] for b in before] == [a[0] for a in after]  # each query's own page
-        overlap = np.mean([len(set(b) & set(a)) / 5 for b, a in zip(before, after)])
+        overlap = np.mean([len(set(b) & set(a)) / 5 for b, a in zip(before, after, strict=True)])
         assert overlap >= 0.8, overlap  # within what 2-bit codes change in the tail
         assert store.verify().ok
         with pytest.raises(StoreError, match="keeps only its 2bit codes.*cannot be rebuilt"):
