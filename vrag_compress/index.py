@@ -533,7 +533,9 @@ class VisualIndex:
             ),
             # an index without fp16 vectors keeps fp16 rows until its codes are trained
             "staged_vectors": store.staged_vectors() if isinstance(store, LocalStore) else 0,
-            "layout": describe_layout(store.config) if isinstance(store, LocalStore) else None,
+            "vector_layout": (
+                describe_layout(store.config) if isinstance(store, LocalStore) else None
+            ),
         }
 
     def optimize(
