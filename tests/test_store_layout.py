@@ -245,3 +245,16 @@ def test_kill_during_the_switch_leaves_one_layout_or_the_other(tmp_path, point):
         if not switched:  # the interrupted switch can simply run again
             store.optimize(codes="2bit", fp16=False)
             assert not keeps_rows(store, path) and store.verify().ok
+
+
+def test_a_migration_of_a_switched_store_keeps_full_vectors(tmp_path):
+    from vrag_compress.store.migrate import copy_store, destination_config
+
+    with LocalStore.create(tmp_path / "src", AUTO, **OPTIONS) as src:
+        src.add(records(0, 44))
+        assert src.config["fp16"] is False
+        config = destination_config(src.config)
+        assert config["fp16"] is True and "layout" not in config
+        with LocalStore.create(tmp_path / "dst", config, **OPTIONS) as dst:
+            copy_store(src, dst)
+            assert keeps_rows(dst, tmp_path / "dst") and dst.count() == 44
