@@ -48,6 +48,9 @@ def test_synthetic(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     _check(report, 400)
     assert report["config"]["data"] == "synthetic"
+    # the default layout by size: 4,000 vectors are far below 500,000, so fp16 rows stay
+    assert report["config"]["layout"] == "auto" and report["config"]["fp16"] is True
+    assert report["params"]["codes"] == "4bit"
 
 
 def test_thread_counts_are_timed_in_one_run(tmp_path: Path) -> None:
@@ -101,7 +104,10 @@ def test_store_without_fp16_vectors(tmp_path: Path) -> None:
     base = ["bench", "store", "--pages", "400", "--tokens-full", "100", "--queries", "12"]
     base += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "32"]
     reports = {}
-    for name, extra in (("fp16", ["--codes", "2bit"]), ("codes", ["--codes", "2bit", "--no-fp16"])):
+    for name, extra in (
+        ("fp16", ["--codes", "2bit", "--fp16"]),
+        ("codes", ["--codes", "2bit", "--no-fp16"]),
+    ):
         out = tmp_path / f"{name}.json"
         res = CliRunner().invoke(app, [*base, *extra, "--json", str(out)])
         assert res.exit_code == 0, res.output
@@ -110,7 +116,8 @@ def test_store_without_fp16_vectors(tmp_path: Path) -> None:
     assert reports["codes"]["config"]["fp16"] is False
     assert reports["codes"]["bytes_per_page"] < reports["fp16"]["bytes_per_page"] / 2
     assert reports["codes"]["index_bytes_per_page"] > 0
-    bad = CliRunner().invoke(app, [*base, "--no-fp16"])  # codes none: nothing to rerank on
+    assert reports["fp16"]["config"]["layout"] == "fixed"
+    bad = CliRunner().invoke(app, [*base, "--no-fp16", "--codes", "none"])  # nothing to rerank on
     assert bad.exit_code == 2
 
 

@@ -143,7 +143,7 @@ def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
     shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi.pdf")
     path = tmp_path / "small"
     base = ["index", folder, "--index", path, "--model", "tiny-colqwen2", "--json"]
-    assert run(*base, "--no-fp16")[0] == 2  # codes none cannot rerank without fp16
+    assert run(*base, "--no-fp16", "--codes", "none")[0] == 2  # nothing to rerank on
     code, stdout = run(*base, "--codes", "2bit", "--no-fp16")
     assert code == 0, stdout
     # far fewer vectors than codes_min_tokens: kept as staged fp16 rows, no codes trained yet
@@ -161,6 +161,36 @@ def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
     assert code == 0 and json.loads(stdout)["hits"], stdout
     assert json.loads(run("verify", path, "--json")[1])["ok"] is True
     assert run("optimize", path, "--codes", "none")[0] != 0  # would drop the only copy
+
+
+def test_default_layout_then_codes_in_place(cli_index: Path, tmp_path: Path):
+    """A new index keeps fp16 rows while small (the layout by size, kept in the index);
+    `optimize --codes 2bit --no-fp16` converts it in place, and there is no way back."""
+    info = json.loads(run("info", cli_index, "--json")[1])
+    assert info["vector_layout"] == {"rule": "auto", "fp16": True, "codes": "4bit"}
+    copy = tmp_path / "copy"
+    shutil.copytree(cli_index, copy)
+    before = json.loads(run("search", copy, "supreme court", "-k", "20", "--json")[1])["hits"]
+    code, stdout = run("optimize", copy, "--codes", "2bit", "--no-fp16", "--json")
+    assert code == 0 and json.loads(stdout)["codes"] == "2bit", stdout
+    assert not any((copy / "segments").iterdir())
+    info = json.loads(run("info", copy, "--json")[1])
+    assert info["vector_layout"] == {"rule": "auto", "fp16": False, "codes": "2bit"}
+    assert json.loads(run("verify", copy, "--json")[1])["ok"] is True
+    after = json.loads(run("search", copy, "supreme court", "-k", "20", "--json")[1])["hits"]
+    # every page still answers (the random tiny model's near-tied order may move; the
+    # tolerance of the codes is checked on clustered vectors in tests/test_store_layout.py)
+    assert {h["page_id"] for h in after} == {h["page_id"] for h in before}
+    back = runner.invoke(app, ["optimize", str(copy), "--fp16"])
+    assert back.exit_code == 1 and "cannot be rebuilt" in back.stderr
+    fixed = tmp_path / "fixed"
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(Path(info["document_list"][0]["source"]), folder / "doc.pdf")
+    code, _ = run("index", folder, "--index", fixed, "--model", "tiny-colqwen2", "--fp16")
+    assert code == 0
+    info = json.loads(run("info", fixed, "--json")[1])
+    assert info["vector_layout"] == {"rule": "fixed", "fp16": True, "codes": "none"}
 
 
 def test_missing_index_and_partial_failure_exit_codes(tmp_path: Path, shared_data: Path):

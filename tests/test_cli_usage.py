@@ -160,6 +160,15 @@ def test_help_is_plain_and_complete() -> None:
         assert option in text
 
 
+def test_layout_flags_are_in_the_help() -> None:
+    text = " ".join(run("index", "--help").stdout.split())
+    for option in ("--codes", "--fp16", "--no-fp16", "500,000"):
+        assert option in text
+    text = " ".join(run("optimize", "--help").stdout.split())
+    for option in ("--codes", "--fp16", "--no-fp16", "crash", "cannot get them back"):
+        assert option in text
+
+
 # ----------------------------------------------------------------------- finding documents
 def test_search_table_shows_file_page_and_snippet(uot_index: Path) -> None:
     result = runner.invoke(app, ["search", str(uot_index), "supreme court", "-k", "2"])

@@ -119,6 +119,8 @@ def test_an_unknown_or_bad_index_option_is_one_clear_error(tmp_path):
 
     with pytest.raises(VisualIndexError, match="unknown index option dpii; the options are"):
         VisualIndex.create(tmp_path / "a", encoder=NamedOnly(), dpii=100)
-    with pytest.raises(VisualIndexError, match="fp16=False needs codes"):
-        VisualIndex.create(tmp_path / "b", encoder=NamedOnly(), options=IndexOptions(fp16=False))
+    with pytest.raises(VisualIndexError, match="fp16=False keeps the vectors only as residual"):
+        VisualIndex.create(
+            tmp_path / "b", encoder=NamedOnly(), options=IndexOptions(fp16=False, codes="none")
+        )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -412,5 +412,5 @@ def test_stores_without_fp16_need_the_embedded_backend(tmp_path):
     with pytest.raises(StoreInputError, match="set codes to 4bit or 2bit"):
         create_store(tmp_path / "s", {**CONFIG, "fp16": False})
     with create_store(tmp_path / "c", config_for("embedded-codes")) as store:
-        with pytest.raises(StoreError, match="fixed when the store is created"):
+        with pytest.raises(StoreError, match="changes only through optimize"):
             store.update_config(fp16=True)

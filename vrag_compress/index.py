@@ -43,9 +43,10 @@ from vrag_compress.store import (
     PageRecord,
     VerifyReport,
 )
-from vrag_compress.store.base import SearchMode
+from vrag_compress.store.base import LayoutStore, SearchMode
 from vrag_compress.store.catalog import CATALOG_NAME
 from vrag_compress.store.filters import check_user_metadata
+from vrag_compress.store.layout import choose_layout
 from vrag_compress.store.open import (
     create_store,
     open_store,
@@ -206,14 +207,22 @@ class VisualIndex:
         dynamic int8 linear layers on the CPU), which trade a little precision for Col*
         encoding speed and are used again whenever the index loads its encoder (`vrag bench
         encode` measures them), `codes` ("none", "4bit", "2bit": the residual codes the
-        candidate index keeps per vector) and ``fp16=False`` (embedded store, with 4bit or 2bit
-        codes: only those codes and no fp16 vectors, an index several times smaller that
-        reranks on decoded vectors).
+        candidate index keeps per vector) and `fp16`. By default (both None) the embedded store
+        picks its layout by size: fp16 rows while small, `codes` (4bit unless given) once it
+        holds enough vectors for its candidate index (store/layout.py; ``codes="none"`` keeps
+        fp16 rows for good). ``fp16=True`` always keeps the fp16 rows; ``fp16=False`` (embedded
+        store) keeps only the codes: an index several times smaller that reranks on decoded
+        vectors. The choice is kept in the index config.
         """
         path = Path(path)
         settings = IndexOptions.with_keywords(options, **keywords)
         loading = settings.encoder_options()
-        settings.check_store(store)
+        try:
+            codes, fp16, layout_rule = choose_layout(
+                settings.codes, settings.fp16, embedded=store is None
+            )
+        except ValueError as error:
+            raise VisualIndexError(str(error)) from None
         encoder = adapt_encoder(encoder)
         if encoder is None:
             from vrag_compress.encoders import load_encoder
@@ -238,8 +247,9 @@ class VisualIndex:
             renderer=settings.renderer,
             vrag_version=__version__,
             encoder_options=loading,
-            codes=settings.codes,
-            fp16=settings.fp16,
+            codes=codes,
+            fp16=fp16,
+            layout=layout_rule,
         ).to_dict()
         if store is None:
             return cls(path, create_store(path, config), encoder, device, built)
@@ -518,18 +528,30 @@ class VisualIndex:
             "staged_vectors": (
                 store.staged_vectors() if isinstance(store, OptimizableStore) else 0
             ),
+            "vector_layout": (store.vector_layout() if isinstance(store, LayoutStore) else None),
         }
 
     def optimize(
-        self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
+        self,
+        *,
+        codes: str | None = None,
+        retrain: bool = False,
+        recall_target: float | None = None,
+        fp16: bool | None = None,
     ) -> dict[str, Any]:
         """Compact the store and (re)train its candidate index; returns the index's parameters
-        (``retrain`` and ``recall_target``: see `LocalStore.optimize`)."""
+        (``retrain``, ``recall_target`` and ``fp16``: see `LocalStore.optimize`;
+        ``fp16=False`` converts the index to codes only, in place)."""
         if not isinstance(self.store, OptimizableStore):
             raise VisualIndexError(
                 f"{self.path}: this store backend keeps no candidate index to optimize"
             )
-        details = self.store.optimize(codes=codes, retrain=retrain, recall_target=recall_target)
+        if fp16 is not None and not isinstance(self.store, LayoutStore):
+            raise VisualIndexError(f"{self.path}: only the embedded store can drop fp16 vectors")
+        kwargs: dict[str, Any] = {} if fp16 is None else {"fp16": fp16}
+        details = self.store.optimize(
+            codes=codes, retrain=retrain, recall_target=recall_target, **kwargs
+        )
         self.config = IndexConfig.from_dict(self.store.config)  # the codes may have changed
         return details
 

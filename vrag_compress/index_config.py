@@ -80,7 +80,8 @@ class IndexOptions:
 
     ``dtype`` ("auto", "fp32", "bf16") and ``speedup`` ("none", "int8") are the Col* loading
     options; ``codes`` ("none", "4bit", "2bit") the residual codes of the candidate index;
-    ``fp16=False`` keeps only those codes (embedded store only)."""
+    ``fp16`` True keeps fp16 rows for good, False only the codes (embedded store only); both
+    None (the default) let the store pick its layout by size (store/layout.py)."""
 
     batch_size: int = DEFAULT_BATCH_SIZE
     dpi: int = DEFAULT_DPI
@@ -88,8 +89,8 @@ class IndexOptions:
     images: ImageOptions = ImageOptions()
     dtype: str = "auto"
     speedup: str = "none"
-    codes: str = "none"
-    fp16: bool = True
+    codes: str | None = None
+    fp16: bool | None = None
 
     @classmethod
     def with_keywords(cls, base: IndexOptions | None = None, **keywords: Any) -> IndexOptions:
@@ -114,14 +115,6 @@ class IndexOptions:
         except ValueError as error:
             raise VisualIndexError(str(error)) from None
 
-    def check_store(self, store: str | None) -> None:
-        """``fp16=False`` needs 4bit or 2bit codes and the embedded store (``store`` None)."""
-        if not self.fp16 and (self.codes not in ("4bit", "2bit") or store is not None):
-            raise VisualIndexError(
-                "fp16=False needs codes='4bit' or '2bit' and the embedded store (got "
-                f"codes={self.codes!r}, store={store!r})"
-            )
-
 
 @dataclass(frozen=True)
 class IndexConfig:
@@ -133,7 +126,9 @@ class IndexConfig:
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
     ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
     "4bit", "2bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
-    keeps no fp16 vectors at all (searches rerank the decoded codes; fixed at creation).
+    keeps no fp16 vectors at all (searches rerank the decoded codes); ``layout`` "auto" keeps
+    fp16 rows while the index is small and switches to ``codes`` past a size (the default of a
+    new index, store/layout.py), "fixed" keeps what ``fp16`` says.
     ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
     "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
     """
@@ -152,6 +147,7 @@ class IndexConfig:
     codes: str = "none"
     encoder_options: dict[str, str] = field(default_factory=dict)
     fp16: bool = True
+    layout: str = "fixed"
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -179,6 +175,8 @@ class IndexConfig:
             data["encoder_options"] = dict(self.encoder_options)
         if not self.fp16:
             data["fp16"] = False
+        if self.layout == "auto":
+            data["layout"] = "auto"
         return data
 
     @classmethod
@@ -200,6 +198,9 @@ class IndexConfig:
         codes = data.get("codes", "none")
         if codes not in CODES:
             raise IndexConfigError(f"index config 'codes' must be one of {CODES}, got {codes!r}")
+        layout = data.get("layout", "fixed")
+        if layout not in ("auto", "fixed"):
+            raise IndexConfigError(f"index config 'layout' must be auto or fixed, got {layout!r}")
         try:
             return cls(
                 model_id=str(data["model_id"]),
@@ -216,6 +217,7 @@ class IndexConfig:
                 codes=codes,
                 encoder_options=_encoder_options(data.get("encoder_options") or {}),
                 fp16=data.get("fp16", True) is not False,
+                layout=layout,
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )

@@ -89,14 +89,19 @@ def bench_store(
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Where --data real caches its encodings [~/.cache/vrag]."
     ),
-    codes: str = typer.Option(
-        "none", "--codes", help="Residual codes kept by the candidate index: none, 4bit, 2bit."
+    codes: str | None = typer.Option(
+        None,
+        "--codes",
+        help="Residual codes kept by the candidate index: none, 4bit, 2bit "
+        "[default: the store's layout by size].",
     ),
-    fp16: bool = typer.Option(
-        True,
+    fp16: bool | None = typer.Option(
+        None,
         "--fp16/--no-fp16",
         help="--no-fp16: the compressed store keeps only the --codes (4bit/2bit), no fp16 "
-        "vectors; its exact and two-stage searches score the decoded vectors.",
+        "vectors; its exact and two-stage searches score the decoded vectors. --fp16 keeps fp16 "
+        "vectors. Neither: the default layout by size (fp16 below 500,000 vectors, 4bit codes "
+        "only from there; store/layout.py).",
     ),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
@@ -119,6 +124,7 @@ def bench_store(
     from threadpoolctl import threadpool_limits
 
     from vrag_compress.compress.base import budget
+    from vrag_compress.store.layout import choose_layout
 
     thread_counts = _thread_counts(threads_list)
     threads = max(thread_counts)
@@ -126,10 +132,11 @@ def bench_store(
         raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
     if data_kind not in ("synthetic", "real", "skewed"):
         raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
-    if codes not in ("none", "4bit", "2bit"):
+    if codes not in (None, "none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
-    if not fp16 and codes == "none":
+    if fp16 is False and codes == "none":
         raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
+    codes, fp16, layout_rule = choose_layout(codes, fp16)
     source = _real_source(source_dataset) if data_kind == "real" else None
     pool = None
     if source is not None:
@@ -211,6 +218,7 @@ def bench_store(
                 thread_counts,
                 codes,
                 fp16,
+                layout_rule,
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -232,6 +240,7 @@ def bench_store(
         "skew": skew if data_kind == "skewed" else None,
         "codes": codes,
         "fp16": fp16,
+        "layout": layout_rule,
     }
     report["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     _print(report)
@@ -414,14 +423,18 @@ def _run(
     thread_counts: list[int],
     codes: str = "none",
     fp16: bool = True,
+    layout_rule: str = "fixed",
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
 
     threads = max(thread_counts)
 
     config: dict[str, Any] = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
+    full_config = dict(config)  # the full pages' size is that of fp16 rows
     if not fp16:
         config["fp16"] = False
+    if layout_rule == "auto":  # fp16 rows, or codes once `optimize` finds 500,000 vectors
+        config["layout"] = "auto"
     # one segment in page order: the search matrix can then be the memory map itself (no copy);
     # the candidate index is trained once after the adds (timed as build_s), not while adding;
     # without fp16 the pages stay staged as fp16 rows until then, so the codes are trained on all
@@ -434,7 +447,7 @@ def _run(
     }
     size_full = full_bytes / 2**20
     if full_store:
-        with LocalStore.create(root / "full", config) as store:
+        with LocalStore.create(root / "full", full_config) as store:
             add_all(store, data["full"], batch, "writing full store")
         size_full = _dir_mb(root / "full")
         shutil.rmtree(root / "full")

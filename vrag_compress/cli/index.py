@@ -153,18 +153,21 @@ def index(
         help="Page text by OCR: auto (pages without a text layer), always, never. "
         "Needs the [ocr] extra.",
     ),
-    codes: str = typer.Option(
-        "none",
+    codes: str | None = typer.Option(
+        None,
         "--codes",
         help="Residual codes the candidate index keeps per vector: none, 4bit or 2bit "
-        "(new index only).",
+        "(new index only) [default: 4bit once the index is large, see --fp16].",
     ),
-    fp16: bool = typer.Option(
-        True,
+    fp16: bool | None = typer.Option(
+        None,
         "--fp16/--no-fp16",
-        help="--no-fp16 keeps only the --codes (4bit or 2bit), no fp16 vectors: a smaller "
-        "index whose searches rerank decoded vectors (new embedded index only; the first "
-        "65,536 vectors stay fp16 until the codes are trained on them, or `vrag optimize`).",
+        help="Layout by size when neither is given: fp16 vectors while the index holds fewer "
+        "than 500,000 (exact search is fastest there), then only the --codes (4bit unless "
+        "given; --codes none keeps fp16). --fp16 keeps fp16 vectors for good; --no-fp16 keeps "
+        "only the codes, a smaller index whose searches rerank decoded vectors (the first "
+        "65,536 vectors stay fp16 until the codes are trained on them). New embedded index "
+        "only; kept in the index.",
     ),
     ray_address: str | None = typer.Option(
         None,
@@ -187,8 +190,9 @@ def index(
 
     extra = parse_metadata(metadata)
     check_choice(renderer, RENDERERS, "--renderer")
-    check_choice(codes, ("none", "4bit", "2bit"), "--codes")
-    if not fp16 and (codes == "none" or store is not None):
+    if codes is not None:
+        check_choice(codes, ("none", "4bit", "2bit"), "--codes")
+    if fp16 is False and (codes == "none" or store is not None):
         raise typer.BadParameter(
             "needs --codes 4bit or 2bit and the embedded store (no --store)",
             param_hint="--no-fp16",
@@ -657,6 +661,14 @@ def optimize(
         help="Residual codes kept per vector by the candidate index: none, 4bit or 2bit "
         "[default: keep the index's setting].",
     ),
+    fp16: bool | None = typer.Option(
+        None,
+        "--fp16/--no-fp16",
+        help="--no-fp16 converts the index in place to keep only its --codes (4bit unless "
+        "given or kept in the index), dropping the fp16 vectors; crash-safe (a kill leaves the "
+        "old layout or the new one). --fp16 keeps the fp16 vectors for good (an index whose "
+        "vectors are already codes cannot get them back) [default: the index's layout].",
+    ),
     retrain: bool = typer.Option(
         False,
         "--retrain",
@@ -677,7 +689,8 @@ def optimize(
     """Compact an index and retrain its centroid candidate index (searches keep working).
 
     An index without fp16 vectors only compacts once its codes exist, unless it grew 4× since
-    they were trained, --codes changes or --retrain asks."""
+    they were trained, --codes changes or --retrain asks. An index with the default layout
+    switches to codes here once it holds 500,000 vectors."""
     if codes is not None and codes not in ("none", "4bit", "2bit"):
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
     from vrag_compress.index import VisualIndexError
@@ -685,7 +698,9 @@ def optimize(
 
     with open_index(index_dir) as vindex:
         try:
-            details = vindex.optimize(codes=codes, retrain=retrain, recall_target=recall_target)
+            details = vindex.optimize(
+                codes=codes, retrain=retrain, recall_target=recall_target, fp16=fp16
+            )
         except (VisualIndexError, StoreError) as error:
             fail(str(error))
     if json_out:

@@ -302,3 +302,13 @@ class OptimizableStore(Protocol):
     def staged_vectors(self) -> int:
         """Vectors kept as fp16 rows until a codes-only store's codes are trained (else 0)."""
         ...
+
+
+@runtime_checkable
+class LayoutStore(Protocol):
+    """A store that chooses how it keeps its vectors (fp16 rows, residual codes or both, by
+    size: store/layout.py) and can drop the fp16 rows in place (the embedded store)."""
+
+    def vector_layout(self) -> dict[str, Any]:
+        """The layout as `vrag info` shows it: ``rule``, ``fp16`` and ``codes``."""
+        ...

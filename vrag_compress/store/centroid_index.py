@@ -41,8 +41,8 @@ import numpy as np
 from vrag_compress.store import candidates as cand
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import centroids as cz
+from vrag_compress.store import integrity, layout, tuning
 from vrag_compress.store import segments as seg
-from vrag_compress.store import tuning
 from vrag_compress.store.base import StoreCorruptError, StoreError
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.maxsim import parallel_map
@@ -59,6 +59,11 @@ CODES_ONLY_DAMAGE = (
 )
 
 REFUSED = "nothing was rewritten: " + CODES_ONLY_DAMAGE
+# Why fp16 rows that fail their checksums are not turned into codes.
+REFUSED_ROWS = (
+    "nothing was converted: the codes would seal this damage under fresh checksums and drop the "
+    "fp16 rows; restore the store folder from a backup, or index those documents again"
+)
 
 
 def damage_advice(fp16: bool) -> str:
@@ -328,11 +333,22 @@ class CentroidIndexes:
         new, old = cz.choose_k(n_tokens), _rule_k(manifest)
         return max(new, old) >= CODES_ONLY_K_STEP * min(new, old)
 
-    def train(self, snap: Any, codes: str, *, seed: int = 0) -> None:
+    def train(
+        self, snap: Any, codes: str, *, seed: int = 0, config: dict[str, Any] | None = None
+    ) -> None:
         """Train on ``snap`` (slow, no lock held), then commit: pages written meanwhile are
-        assigned to the new centroids in the same transaction."""
+        assigned to the new centroids in the same transaction.
+
+        ``config`` is a new store config committed with the index: a switch to codes only
+        (store/layout.py) drops every fp16 row in that same commit, so a crash leaves either the
+        fp16 rows or the codes, never half. The rows are checked against their checksums first:
+        damage sealed into codes under fresh checksums could never be found again."""
         if int(snap.bounds[-1]) == 0:
             return
+        drop = not (self.ctx.fp16 if config is None else layout.keeps_fp16(config))
+        if drop:
+            with self.ctx.catalog.read() as conn:
+                integrity.check_fp16_rows(self.ctx, conn, REFUSED_ROWS)
         groups: list[str] = []
         dropped: dict[int, int] = {}
 
@@ -361,7 +377,11 @@ class CentroidIndexes:
                 if len(new):  # written while we trained: assigned to the new centroids
                     manifest = self._append_from_catalog(conn, index, new)
                 cat.write_meta(conn, META_KEY, manifest)
-                dropped = {} if self.ctx.fp16 else self._drop_staged(conn)
+                if config is not None:
+                    cat.write_meta(conn, "config", config)
+                dropped = self._drop_staged(conn) if drop else {}
+            if config is not None:
+                self.ctx.set_config(config)
         finally:
             with self._gc:
                 self._reserved.difference_update(groups)

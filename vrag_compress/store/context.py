@@ -5,6 +5,7 @@ each take one `StoreContext` instead of reaching into the store object.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,17 @@ class StoreContext:
         self.fp16 = config.get("fp16", True) is not False
         self.codes = str(config.get("codes", "none"))
         self.config_recall_target = float(config.get("recall_target", DEFAULT_RECALL_TARGET))
+
+    def refresh_config(self, conn: Any) -> None:
+        """Take the layout from the config committed as of ``conn``'s transaction: a writer in
+        another process may have switched the store to codes only since this one opened."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+        try:
+            config = json.loads(row[0]) if row else None
+        except ValueError:  # damaged: the meta checksum reports it; keep the layout read at open
+            return
+        if isinstance(config, dict):
+            self.set_config(config)
 
     @property
     def recall_target(self) -> float:

@@ -43,6 +43,7 @@ def _verify_once(
     with ctx.catalog.mutex:
         try:
             with ctx.catalog.snapshot() as conn:
+                ctx.refresh_config(conn)
                 bad = cat.integrity_problems(conn, quick=False)
                 if bad:
                     problems.append(f"{ctx.catalog.path}: integrity_check: " + "; ".join(bad[:5]))
@@ -280,6 +281,26 @@ def _check_page_row(
         if seg.vectors_crc(vec) != vcrc:
             problems.append(
                 f"{ctx.segment_path(sid)}: vectors of page {page_id!r} fail their checksum"
+            )
+
+
+def check_fp16_rows(ctx: StoreContext, conn: sqlite3.Connection, why: str) -> None:
+    """Every fp16 row against its page's vector checksum, before a rewrite drops the rows
+    (a switch to codes only); the first damaged page raises, naming its file and ``why``."""
+    seg_rows = cat.segment_rows(conn)
+    for row in cat.pages_to_copy(conn):
+        page_id, sid, off, n, vcrc = row[1], *row[7:11]
+        if sid == seg.NO_SEGMENT:
+            continue
+        if sid not in seg_rows or off < 0 or off + n > seg_rows[sid]:
+            raise StoreCorruptError(
+                str(ctx.catalog.path),
+                f"page {page_id!r} points outside the committed rows of segment {sid}; {why}",
+            )
+        if seg.vectors_crc(ctx.vectors(sid, seg_rows[sid], off, n)) != vcrc:
+            raise StoreCorruptError(
+                str(ctx.segment_path(sid)),
+                f"vectors of page {page_id!r} fail their checksum; {why}",
             )
 
 

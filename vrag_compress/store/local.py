@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from vrag_compress.store import catalog as cat
-from vrag_compress.store import integrity
+from vrag_compress.store import integrity, layout
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import (
     DocumentRecord,
@@ -298,7 +298,8 @@ class LocalStore(MultiVectorStore):
         check_layout(new)
         if new.get("fp16", True) != self._meta["config"].get("fp16", True):
             raise StoreError(
-                f"fp16 of {self.root} is fixed when the store is created; create a new store"
+                f"fp16 of {self.root} changes only through optimize(fp16=...), which converts "
+                "the stored vectors"
             )
         with self._ctx.catalog.write() as conn:
             if new["dim"] != self.dim and cat.count_pages(conn) > 0:
@@ -482,11 +483,22 @@ class LocalStore(MultiVectorStore):
     # ----------------------------------------------------------------- candidate index
 
     def optimize(
-        self, *, codes: str | None = None, retrain: bool = False, recall_target: float | None = None
+        self,
+        *,
+        codes: str | None = None,
+        retrain: bool = False,
+        recall_target: float | None = None,
+        fp16: bool | None = None,
     ) -> dict[str, Any]:
         """Compact, then (re)train the centroid-code candidate index on every live page and
         return its description. ``codes`` ("none", "4bit", "2bit") changes the residual codes
         kept per token (recorded in the config). Readers keep searching meanwhile.
+
+        ``fp16=False`` switches a store that keeps fp16 rows to codes only, in place (the
+        training's one commit drops the rows; see store/layout.py); an auto-layout store does
+        so by itself here once it holds `layout.codes_threshold` vectors. ``fp16=True`` keeps
+        the fp16 rows for good (an auto store stops following the size rule); a store whose
+        rows are already gone cannot get them back and raises `StoreError`.
 
         A store without fp16 vectors trains its codes here if it has none yet (on the staged
         fp16 rows); once trained, its only copy is the codes, and retraining would re-encode
@@ -501,9 +513,13 @@ class LocalStore(MultiVectorStore):
             if not 0 <= recall_target <= 1:
                 raise StoreError(f"recall_target must be within 0..1, got {recall_target!r}")
             self.update_config(recall_target=float(recall_target))
+        if codes is not None and codes not in CODES:
+            raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
+        if fp16 is True:
+            self._keep_fp16()
+        if self._ctx.fp16 and (fp16 is False or self._auto_converts()):
+            return self._switch_to_codes(codes)
         if codes is not None:
-            if codes not in CODES:
-                raise StoreError(f"codes must be one of {CODES}, got {codes!r}")
             try:
                 check_layout({**self._meta["config"], "codes": codes})
             except StoreInputError as exc:
@@ -529,6 +545,51 @@ class LocalStore(MultiVectorStore):
         self._centroids.train(self._snapshots.current(), self._codes())
         return self.index_info() or {}
 
+    def _auto_converts(self) -> bool:
+        """The auto layout's size rule (store/layout.py) calls for codes now."""
+        with self._ctx.catalog.read() as conn:
+            n_tokens = cat.live_vectors(conn)
+        return layout.converts(self._meta["config"], n_tokens, self.options.centroid_min_tokens)
+
+    def _switch_to_codes(self, codes: str | None) -> dict[str, Any]:
+        """Turn every page's fp16 rows into residual codes in place (crash-safe: one commit
+        records the codes, the new config and drops the rows)."""
+        if codes == "none":
+            raise StoreError(
+                f"{self.root}: a store without fp16 vectors searches its residual codes: "
+                "use codes 4bit or 2bit"
+            )
+        new = layout.codes_only(self._meta["config"], codes)
+        try:
+            check_layout(new)
+        except StoreInputError as exc:
+            raise StoreError(f"{self.root}: {exc}") from None
+        self._centroids.wait()
+        self.compact()
+        self.rebuild_text_index()
+        if self.count() == 0:  # nothing to encode: the layout alone changes
+            self._write_config(new)
+        else:
+            self._centroids.train(self._snapshots.current(), new["codes"], config=new)
+            self._meta["config"] = new
+        log.info("%s now keeps %s codes and no fp16 vectors", self.root, new["codes"])
+        return self.index_info() or {}
+
+    def _keep_fp16(self) -> None:
+        """``optimize(fp16=True)``: keep the fp16 rows for good; impossible once dropped."""
+        config = self._meta["config"]
+        if not self._ctx.fp16 and self._centroids.manifest_now() is not None:
+            raise StoreError(layout.fp16_gone(self.root, self._codes()))
+        if layout.is_auto(config) or not self._ctx.fp16:  # the rows are all still there
+            self._write_config({k: v for k, v in config.items() if k not in ("layout", "fp16")})
+
+    def _write_config(self, new: dict[str, Any]) -> None:
+        """Commit a checked config that may change the layout keys (`update_config` may not)."""
+        with self._ctx.catalog.write() as conn:
+            cat.write_meta(conn, "config", new)
+        self._meta["config"] = new
+        self._ctx.set_config(new)
+
     def _codes_only_trained(self) -> bool:
         """A store without fp16 vectors whose codes exist (its only copy of the vectors)."""
         return not self._ctx.fp16 and self._centroids.manifest_now() is not None
@@ -543,6 +604,10 @@ class LocalStore(MultiVectorStore):
         if info is not None and measure_recall and n_pages:
             info.update(self._measure_recall(n_pages))
         return info
+
+    def vector_layout(self) -> dict[str, Any]:
+        """The layout as `vrag info` shows it (store/layout.py)."""
+        return layout.describe(self._meta["config"])
 
     def staged_vectors(self) -> int:
         """Vectors a store without fp16 vectors still keeps as fp16 rows because its codes are
@@ -582,9 +647,21 @@ class LocalStore(MultiVectorStore):
     def _train_if_due(self) -> None:
         """Start a background (re)training when the collection crossed the stated threshold;
         a store without fp16 vectors trains its first codes here (in the foreground) once its
-        staged rows reach ``codes_min_tokens``."""
+        staged rows reach ``codes_min_tokens``, and an auto-layout store switches to codes here
+        (in the foreground too) once it holds ``centroid_min_tokens`` (store/layout.py)."""
         with self._ctx.catalog.read() as conn:
             n_tokens = cat.live_vectors(conn)
+        min_tokens = self.options.centroid_min_tokens
+        if min_tokens > 0 and layout.converts(self._meta["config"], n_tokens, min_tokens):
+            self._centroids.wait()  # the size rule: this training turns the rows into codes
+            new = layout.codes_only(self._meta["config"], None)
+            try:
+                self._centroids.train(self._snapshots.current(), new["codes"], config=new)
+                self._meta["config"] = new
+            except Exception as exc:  # the pages committed as fp16 rows; the next write retries
+                self._centroids.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("switching %s to codes failed: %s", self.root, exc)
+            return
         if not self._ctx.fp16 and self._centroids.manifest_now() is None:
             if 0 < self.options.codes_min_tokens <= n_tokens:
                 try:

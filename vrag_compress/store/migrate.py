@@ -40,12 +40,14 @@ class MigrationCheck:
 def destination_config(config: dict[str, Any], *, keep_codes: bool = False) -> dict[str, Any]:
     """The config a migration creates its destination with. A source without fp16 vectors
     hands out decoded vectors (fp16-rounded); the destination keeps those as full vectors
-    (``fp16`` true, no codes), since encoding them again would lose more precision and
-    answer differently. ``keep_codes`` keeps the source's layout (an embedded destination
-    then trains its own codes on the decoded vectors: its answers drift from the source's)."""
+    (``fp16`` true, no codes, no layout by size), since encoding them again would lose more
+    precision and answer differently. ``keep_codes`` keeps the source's layout (an embedded
+    destination then trains its own codes on the decoded vectors: its answers drift from the
+    source's)."""
     if keep_codes or config.get("fp16", True) is not False:
         return dict(config)
-    return {**config, "fp16": True, "codes": "none"}
+    fixed = {k: v for k, v in config.items() if k != "layout"}  # full vectors for good
+    return {**fixed, "fp16": True, "codes": "none"}
 
 
 def copy_store(

@@ -946,5 +946,6 @@ def _results(points: list[Any], k: int) -> list[SearchResult]:
 
 
 def _layout_free(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without ``fp16``/``codes``: a collection holds full vectors, never codes."""
-    return {k: v for k, v in config.items() if k not in ("fp16", "codes")}
+    """``config`` without ``fp16``/``codes``/``layout``: a collection holds full vectors, never
+    codes."""
+    return {k: v for k, v in config.items() if k not in ("fp16", "codes", "layout")}

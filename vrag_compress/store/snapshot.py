@@ -81,6 +81,7 @@ class Snapshots:
     def _load(self) -> Snapshot:
         with self.ctx.catalog.snapshot() as conn:
             gen = cat.generation(conn)
+            self.ctx.refresh_config(conn)
             rows = cat.snapshot_pages(conn)
             seg_rows = cat.segment_rows(conn)
             info = np.array(rows, dtype=np.int64).reshape(-1, 4)

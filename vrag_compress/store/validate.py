@@ -160,7 +160,8 @@ def check_config(config: Any) -> dict[str, Any]:
 
 
 def check_layout(config: dict[str, Any]) -> None:
-    """``codes`` and ``fp16`` of a config: a store without fp16 vectors needs residual codes
+    """``codes``, ``fp16`` and ``layout`` of a config: a store without fp16 vectors, or one
+    that switches to codes by size (``layout: "auto"``, store/layout.py), needs residual codes
     (4bit or 2bit) and a dimension they pack evenly."""
     codes = config.get("codes", "none")
     if codes not in ("none", "4bit", "2bit"):
@@ -176,6 +177,14 @@ def check_layout(config: dict[str, Any]) -> None:
     if not fp16 and codes == "none":
         raise StoreInputError(
             "a store without fp16 vectors reranks on residual codes: set codes to 4bit or 2bit"
+        )
+    layout = config.get("layout")
+    if layout not in (None, "auto", "fixed"):
+        raise StoreInputError(f"config['layout'] must be auto or fixed, got {layout!r}")
+    if layout == "auto" and codes == "none":
+        raise StoreInputError(
+            "the auto layout turns fp16 rows into residual codes past a size: set codes to "
+            "4bit or 2bit"
         )
 
 
