@@ -133,6 +133,8 @@ def test_keep_store(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, [*args, "--dir", str(tmp_path), "--json", str(out)])
     assert res.exit_code == 0, res.output
     path = Path(json.loads(out.read_text())["store_path"])
+    partial = json.loads(out.with_suffix(".partial.json").read_text())  # the milestones
+    assert partial["build_s"]["value"] > 0 and partial["two_stage_ms"]["value"] > 0
     assert path.parent.parent == tmp_path
     with LocalStore.open(path, readonly=True) as store:
         assert store.count() == 300

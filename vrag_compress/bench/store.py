@@ -219,6 +219,7 @@ def bench_store(
                 thread_counts,
                 codes,
                 fp16,
+                Milestones(None if json_out is None else json_out.with_suffix(".partial.json")),
             )
     finally:
         if keep_store:
@@ -428,8 +429,11 @@ def _run(
     thread_counts: list[int],
     codes: str = "none",
     fp16: bool = True,
+    milestones: Milestones | None = None,
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
+
+    note = milestones or Milestones(None)
 
     threads = max(thread_counts)
 
@@ -454,15 +458,19 @@ def _run(
         shutil.rmtree(root / "full")
     with LocalStore.create(root / "compressed", config, **options) as store:
         add_s = add_all(store, data["compressed"], batch, "writing compressed store")
+        note(add_s=add_s)
         err.print("training the candidate index ...")
         t0 = time.perf_counter()
         store.optimize()
         build_s = time.perf_counter() - t0
     size_compressed = _dir_mb(root / "compressed")
+    note(add_s=add_s, build_s=build_s, bytes_per_page=size_compressed * 2**20 / pages)
     qs = data["queries"]
     first_query_s, first_rss_mb, first_file_mb = first_query_cost(root / "compressed", qs[0])
+    note(first_query_s=first_query_s, first_query_rss_mb=first_rss_mb)
     # a fresh process answering every query two-stage: the memory a query server needs
     _, query_rss_mb, query_file_mb = query_process_cost(root / "compressed", qs)
+    note(query_peak_rss_mb=query_rss_mb, load_avg_before=os.getloadavg())
     load_before = os.getloadavg()
     blas_ms, blas_extrapolated = _blas_floor(data.pop("compressed"), qs[: min(len(qs), 50)])
     n_tokens = pages * k_tokens
@@ -472,16 +480,20 @@ def _run(
         store.search(qs[0], k=10, mode="two_stage")  # open + first answer: nothing is rebuilt
         open_s = time.perf_counter() - t0
         info = store.index_info() or {}
+        note(params={k: info.get(k) for k in ("k", "nprobe", "rerank")}, tuned=info.get("tuned"))
         load_queries = os.getloadavg()
         two, two_ms = timed_search(store, qs, "two_stage", "two-stage search (c)")
         _, auto_ms = timed_search(store, qs, "auto", "auto search")
+        note(open_s=open_s, two_stage_ms=two_ms, auto_ms=auto_ms, load_avg_queries=load_queries)
         t0 = time.perf_counter()
         store.search(qs[0], k=10, mode="exact")  # loads the token matrix
         load_s = time.perf_counter() - t0
         _, exact_ms = timed_search(store, qs[:n_exact], "exact", "exact search (b)")
+        note(load_s=load_s, exact_ms=exact_ms, exact_queries=n_exact)
         t0 = time.perf_counter()
         exact = _exact_top10(store, qs)  # every query in one pass: the recall reference
         reference_s = time.perf_counter() - t0
+        note(reference_s=reference_s)
         # after the exact passes, which left every row converted: each count sees the same cache
         by_threads = _by_threads(store, qs, thread_counts) if len(thread_counts) > 1 else {}
     recall = float(
@@ -539,6 +551,23 @@ def _run(
         "blas_floor_extrapolated": blas_extrapolated,
         "compressed_over_full_size": round(size_compressed / size_full, 4),
     }
+
+
+class Milestones:
+    """Each measure as soon as it is taken, written to ``path`` (JSON, with the time of each):
+    a long run (a million pages) that is stopped or fails late still leaves what it measured,
+    apart from the final report."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.seen: dict[str, Any] = {}
+
+    def __call__(self, **measures: Any) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.seen.update({k: {"value": v, "at": stamp} for k, v in measures.items()})
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.seen, indent=2, default=float))
 
 
 def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str, Any]:
