@@ -138,17 +138,7 @@ def bench_store(
         raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
     if not fp16 and codes == "none":
         raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
-    source = _real_source(source_dataset) if data_kind == "real" else None
-    pool = None
-    if source is not None:
-        from vrag_compress.bench.real_pages import load_pool
-
-        err.print(f"encoding/loading real token vectors of {source} ...")
-        pool = load_pool(source, dim, cache_dir or _default_cache(), seed=seed)
-    elif data_kind == "skewed":
-        from vrag_compress.bench.skewed import skewed_pool
-
-        pool = skewed_pool(dim, skew, seed=seed)
+    pool, source = _pool(data_kind, source_dataset, dim, skew, cache_dir, seed)
     k_tokens = budget(tokens_full, ratio)
     if backend == "qdrant-local":
         from vrag_compress.bench.store_qdrant import run_qdrant_bench
@@ -273,6 +263,31 @@ def _set_threads(threads: int) -> None:
     import faiss
 
     faiss.omp_set_num_threads(threads)
+
+
+def _pool(
+    data_kind: str,
+    source_dataset: Path | None,
+    dim: int,
+    skew: float,
+    cache_dir: Path | None,
+    seed: int,
+) -> tuple[Any, Path | None]:
+    """The token pool pages are resampled from (None: synthetic topic mixtures) and, for
+    ``--data real``, its source folder."""
+    if data_kind not in ("synthetic", "real", "skewed"):
+        raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
+    if data_kind == "skewed":
+        from vrag_compress.bench.skewed import skewed_pool
+
+        return skewed_pool(dim, skew, seed=seed), None
+    if data_kind == "synthetic":
+        return None, None
+    from vrag_compress.bench.real_pages import load_pool
+
+    source = _real_source(source_dataset)
+    err.print(f"encoding/loading real token vectors of {source} ...")
+    return load_pool(source, dim, cache_dir or _default_cache(), seed=seed), source
 
 
 def _real_source(source: Path | None) -> Path:
