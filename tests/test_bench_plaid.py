@@ -117,6 +117,7 @@ def test_side_by_side_run(tmp_path: Path) -> None:
         assert 0.0 <= r["recall@10"] <= 1.0 and r["p50_ms"] > 0 and r["build_s"] > 0
         assert r["bytes_per_page"] > 0
     assert report["fast_plaid"]["versions"]["fast_plaid"] == "1.7.0.2110"
+    assert set(report["ours"]) == {"build_s", "p50_ms", "bytes_per_page", "params", "recall@10"}
     assert not list(tmp_path.glob("vrag-bench-plaid-*"))  # the exchange is removed
     bad = CliRunner().invoke(app, ["bench", "plaid", "--python", str(tmp_path / "nope")])
     assert bad.exit_code == 2 and "--python" in bad.output
