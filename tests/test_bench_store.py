@@ -20,6 +20,9 @@ KEYS = (
     "build_s",
     "params",
     "load_avg",
+    "query_peak_rss_mb",
+    "bench_peak_rss_mb",
+    "reference_s",
 )
 
 
@@ -35,6 +38,10 @@ def _check(report: dict, pages: int) -> None:
     assert report["recall_queries"] == report["config"]["queries"]
     assert report["first_query_s"] > 0
     assert report["first_query_rss_mb"] > report["first_query_rss_file_mb"] > 0
+    # the process answering every query holds at least what answering the first one held
+    assert report["query_peak_rss_mb"] >= report["query_peak_rss_file_mb"] > 0
+    assert report["bench_peak_rss_mb"] > 0 and report["reference_s"] > 0
+    assert set(report["load_avg"]) == {"before", "queries", "after"}
     assert report["params"]["params_from"] == "measured"
     assert report["tuned"]["recall"] >= report["tuned"]["target"] == 0.97
 
@@ -119,6 +126,26 @@ def test_store_without_fp16_vectors(tmp_path: Path) -> None:
     assert reports["fp16"]["config"]["layout"] == "fixed"
     bad = CliRunner().invoke(app, [*base, "--no-fp16", "--codes", "none"])  # nothing to rerank on
     assert bad.exit_code == 2
+
+
+def test_keep_store(tmp_path: Path) -> None:
+    """`--keep-store` leaves the compressed store where the JSON says, and it opens and answers."""
+    import numpy as np
+
+    from vrag_compress.store import LocalStore
+
+    out = tmp_path / "k.json"
+    args = ["bench", "store", "--pages", "300", "--tokens-full", "60", "--queries", "5"]
+    args += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "16", "--keep-store"]
+    res = CliRunner().invoke(app, [*args, "--dir", str(tmp_path), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    path = Path(json.loads(out.read_text())["store_path"])
+    partial = json.loads(out.with_suffix(".partial.json").read_text())  # the milestones
+    assert partial["build_s"]["value"] > 0 and partial["two_stage_ms"]["value"] > 0
+    assert path.parent.parent == tmp_path
+    with LocalStore.open(path, readonly=True) as store:
+        assert store.count() == 300
+        assert len(store.search(np.ones((3, 16), np.float32), k=10)) == 10
 
 
 def test_skewed_family(tmp_path: Path) -> None:

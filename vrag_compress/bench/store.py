@@ -30,7 +30,9 @@ from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.store_timing import (
     add_all,
     first_query_cost,
+    peak_rss_mb,
     progress,
+    query_process_cost,
     timed_search,
 )
 
@@ -104,6 +106,12 @@ def bench_store(
         "only from there; store/layout.py).",
     ),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
+    keep_store: bool = typer.Option(
+        False,
+        "--keep-store",
+        help="Keep the compressed store (its path is printed and in the JSON as store_path), "
+        "e.g. to time queries on stores of two sizes side by side later.",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
     backend: str = typer.Option(
         "embedded",
@@ -137,17 +145,7 @@ def bench_store(
     if fp16 is False and codes == "none":
         raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
     codes, fp16, layout_rule = choose_layout(codes, fp16)
-    source = _real_source(source_dataset) if data_kind == "real" else None
-    pool = None
-    if source is not None:
-        from vrag_compress.bench.real_pages import load_pool
-
-        err.print(f"encoding/loading real token vectors of {source} ...")
-        pool = load_pool(source, dim, cache_dir or _default_cache(), seed=seed)
-    elif data_kind == "skewed":
-        from vrag_compress.bench.skewed import skewed_pool
-
-        pool = skewed_pool(dim, skew, seed=seed)
+    pool, source = _pool(data_kind, source_dataset, dim, skew, cache_dir, seed)
     k_tokens = budget(tokens_full, ratio)
     if backend == "qdrant-local":
         from vrag_compress.bench.store_qdrant import run_qdrant_bench
@@ -219,9 +217,16 @@ def bench_store(
                 codes,
                 fp16,
                 layout_rule,
+                Milestones(None if json_out is None else json_out.with_suffix(".partial.json")),
             )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if keep_store:
+            shutil.rmtree(root / "full", ignore_errors=True)
+            err.print(f"kept the compressed store at {root / 'compressed'}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    if keep_store:
+        report["store_path"] = str(root / "compressed")
     report["config"] = {
         "pages": pages,
         "tokens_full": tokens_full,
@@ -267,6 +272,31 @@ def _set_threads(threads: int) -> None:
     import faiss
 
     faiss.omp_set_num_threads(threads)
+
+
+def _pool(
+    data_kind: str,
+    source_dataset: Path | None,
+    dim: int,
+    skew: float,
+    cache_dir: Path | None,
+    seed: int,
+) -> tuple[Any, Path | None]:
+    """The token pool pages are resampled from (None: synthetic topic mixtures) and, for
+    ``--data real``, its source folder."""
+    if data_kind not in ("synthetic", "real", "skewed"):
+        raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
+    if data_kind == "skewed":
+        from vrag_compress.bench.skewed import skewed_pool
+
+        return skewed_pool(dim, skew, seed=seed), None
+    if data_kind == "synthetic":
+        return None, None
+    from vrag_compress.bench.real_pages import load_pool
+
+    source = _real_source(source_dataset)
+    err.print(f"encoding/loading real token vectors of {source} ...")
+    return load_pool(source, dim, cache_dir or _default_cache(), seed=seed), source
 
 
 def _real_source(source: Path | None) -> Path:
@@ -424,8 +454,11 @@ def _run(
     codes: str = "none",
     fp16: bool = True,
     layout_rule: str = "fixed",
+    milestones: Milestones | None = None,
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
+
+    note = milestones or Milestones(None)
 
     threads = max(thread_counts)
 
@@ -453,13 +486,19 @@ def _run(
         shutil.rmtree(root / "full")
     with LocalStore.create(root / "compressed", config, **options) as store:
         add_s = add_all(store, data["compressed"], batch, "writing compressed store")
+        note(add_s=add_s)
         err.print("training the candidate index ...")
         t0 = time.perf_counter()
         store.optimize()
         build_s = time.perf_counter() - t0
     size_compressed = _dir_mb(root / "compressed")
+    note(add_s=add_s, build_s=build_s, bytes_per_page=size_compressed * 2**20 / pages)
     qs = data["queries"]
     first_query_s, first_rss_mb, first_file_mb = first_query_cost(root / "compressed", qs[0])
+    note(first_query_s=first_query_s, first_query_rss_mb=first_rss_mb)
+    # a fresh process answering every query two-stage: the memory a query server needs
+    _, query_rss_mb, query_file_mb = query_process_cost(root / "compressed", qs)
+    note(query_peak_rss_mb=query_rss_mb, load_avg_before=os.getloadavg())
     load_before = os.getloadavg()
     blas_ms, blas_extrapolated = _blas_floor(data.pop("compressed"), qs[: min(len(qs), 50)])
     n_tokens = pages * k_tokens
@@ -469,13 +508,20 @@ def _run(
         store.search(qs[0], k=10, mode="two_stage")  # open + first answer: nothing is rebuilt
         open_s = time.perf_counter() - t0
         info = store.index_info() or {}
+        note(params={k: info.get(k) for k in ("k", "nprobe", "rerank")}, tuned=info.get("tuned"))
+        load_queries = os.getloadavg()
         two, two_ms = timed_search(store, qs, "two_stage", "two-stage search (c)")
         _, auto_ms = timed_search(store, qs, "auto", "auto search")
+        note(open_s=open_s, two_stage_ms=two_ms, auto_ms=auto_ms, load_avg_queries=load_queries)
         t0 = time.perf_counter()
         store.search(qs[0], k=10, mode="exact")  # loads the token matrix
         load_s = time.perf_counter() - t0
         _, exact_ms = timed_search(store, qs[:n_exact], "exact", "exact search (b)")
-        exact = _exact_top10(store, qs)  # every query, batched: the recall reference
+        note(load_s=load_s, exact_ms=exact_ms, exact_queries=n_exact)
+        t0 = time.perf_counter()
+        exact = _exact_top10(store, qs)  # every query in one pass: the recall reference
+        reference_s = time.perf_counter() - t0
+        note(reference_s=reference_s)
         # after the exact passes, which left every row converted: each count sees the same cache
         by_threads = _by_threads(store, qs, thread_counts) if len(thread_counts) > 1 else {}
     recall = float(
@@ -510,9 +556,18 @@ def _run(
         "open_s": round(open_s, 3),
         "first_query_s": round(first_query_s, 3),
         **by_threads,
-        "load_avg": {"before": list(load_before), "after": list(os.getloadavg())},
+        "load_avg": {
+            "before": list(load_before),
+            "queries": list(load_queries),
+            "after": list(os.getloadavg()),
+        },
         "first_query_rss_mb": round(first_rss_mb, 1),
         "first_query_rss_file_mb": round(first_file_mb, 1),
+        "query_peak_rss_mb": round(query_rss_mb, 1),
+        "query_peak_rss_file_mb": round(query_file_mb, 1),
+        "bench_peak_rss_mb": round(peak_rss_mb(), 1),
+        "reference_s": round(reference_s, 3),
+        "add_s": round(add_s, 3),
         "bytes_per_page": round(size_compressed * 2**20 / pages, 1),
         "size_mb_index": round(size_index, 2),
         "params": {k: info.get(k) for k in ("k", "nprobe", "rerank", "codes", "params_from")},
@@ -524,6 +579,23 @@ def _run(
         "blas_floor_extrapolated": blas_extrapolated,
         "compressed_over_full_size": round(size_compressed / size_full, 4),
     }
+
+
+class Milestones:
+    """Each measure as soon as it is taken, written to ``path`` (JSON, with the time of each):
+    a long run (a million pages) that is stopped or fails late still leaves what it measured,
+    apart from the final report."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.seen: dict[str, Any] = {}
+
+    def __call__(self, **measures: Any) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.seen.update({k: {"value": v, "at": stamp} for k, v in measures.items()})
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.seen, indent=2, default=float))
 
 
 def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str, Any]:
@@ -562,8 +634,10 @@ def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str
     }
 
 
-def _exact_top10(store: Any, qs: list[np.ndarray], batch: int = 50) -> list[list[str]]:
-    """Exact top-10 page ids of every query, scored in batches (one pass per batch)."""
+def _exact_top10(store: Any, qs: list[np.ndarray], batch: int = 1000) -> list[list[str]]:
+    """Exact top-10 page ids of every query, scored in batches: one pass over the collection
+    per batch (the exact kernel blocks the query tokens itself), so at a million pages the
+    reference costs one pass, not one per 50 queries."""
     ids: list[list[str]] = []
     with progress() as bar:
         task = bar.add_task("exact reference for recall", total=len(qs))

@@ -75,6 +75,20 @@ def timed_search(
     return ids, float(np.median(times) * 1000)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM) in MB."""
+    return _status_kb(Path("/proc/self/status")).get("VmHWM", 0) / 1024
+
+
+def _status_kb(path: Path) -> dict[str, int]:
+    kb = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmHWM", "RssFile"):
+            kb[name] = int(value.split()[0])
+    return kb
+
+
 # Peak RSS is VmHWM: ru_maxrss would count the parent's RSS at the fork (Linux carries it
 # across exec), which is the whole benchmark's.
 _FIRST_QUERY = """
@@ -82,7 +96,9 @@ import sys
 import numpy as np
 from vrag_compress.store import LocalStore
 with LocalStore.open(sys.argv[1], readonly=True) as store:
-    hits = store.search(np.load(sys.argv[2]), k=10)
+    queries = np.load(sys.argv[2])
+    for name in queries.files:
+        hits = store.search(queries[name], k=10)
     kb = {}
     with open("/proc/self/status") as status:
         for line in status:
@@ -98,9 +114,16 @@ def first_query_cost(store_path: Path, query: np.ndarray) -> tuple[float, float,
     user waits for on a cold start: interpreter, imports, open, first answer), that process's
     peak RSS in MB, and how much of its RSS was mapped files (segments, index) after the answer.
     """
+    return query_process_cost(store_path, [query])
+
+
+def query_process_cost(store_path: Path, queries: list[np.ndarray]) -> tuple[float, float, float]:
+    """`first_query_cost` for a fresh process answering all ``queries`` one by one (default
+    mode): its wall time, peak RSS and mapped-file RSS in MB, the memory a query server needs
+    once it has answered many queries."""
     with tempfile.TemporaryDirectory() as tmp:
-        qfile = Path(tmp) / "q.npy"
-        np.save(qfile, np.asarray(query, dtype=np.float32))
+        qfile = Path(tmp) / "q.npz"
+        np.savez(qfile, *[np.asarray(q, dtype=np.float32) for q in queries])
         t0 = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-c", _FIRST_QUERY, str(store_path), str(qfile)],
