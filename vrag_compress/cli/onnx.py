@@ -51,7 +51,7 @@ def export_onnx(
         fail(f"cannot export {model!r}: {error}")
     exported = load_onnx_query_encoder(model)
     if exported is None:
-        fail(f"the ONNX export of {model!r} in {folder} cannot be loaded (is onnxruntime installed?)")
+        fail(f"the ONNX export of {model!r} in {folder} cannot be loaded: install onnxruntime")
     difference = max(_difference(encoder, exported, query) for query in CHECK_QUERIES)
     if difference > TOLERANCE:
         import shutil
