@@ -123,7 +123,10 @@ def test_a_cli_search_of_a_colsmol_index_never_imports_torch(
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
     index = tmp_path / "ix"
     cli = [sys.executable, "-m", "vrag_compress"]
-    for args in (["index", pdf, "--index", index, "--model", "tiny-colsmol"], ["export-onnx", index]):
+    for args in (
+        ["index", pdf, "--index", index, "--model", "tiny-colsmol"],
+        ["export-onnx", index],
+    ):
         subprocess.run([*cli, *map(str, args)], check=True, env=env, capture_output=True)
     argv = ["vrag", "search", str(index), "state totals", "--json"]
     probe = (
@@ -144,3 +147,60 @@ def test_a_cli_search_of_a_colsmol_index_never_imports_torch(
         reference = opened.search("state totals", k=5)
     assert [h["page_id"] for h in onnx_hits] == [h.page_id for h in reference]
     assert [h["score"] for h in onnx_hits] == pytest.approx([h.score for h in reference], abs=1e-3)
+
+
+def _tiny_colsmol(dtype: object, max_visual_tokens: int | None) -> tuple[object, object]:
+    from colpali_engine.models import ColIdefics3, ColIdefics3Processor
+
+    from vrag_compress.encoders.tiny import tiny_model_path
+
+    folder = tiny_model_path("tiny-colsmol")
+    model = ColIdefics3.from_pretrained(folder, dtype=dtype).eval()
+    return model, ColIdefics3Processor.from_pretrained(folder)
+
+
+def test_bench_onnx_arch_builds_indexes_exports_and_compares(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--arch` on a tiny stand-in for colsmol-256m (the real size takes minutes)."""
+    from typer.testing import CliRunner
+
+    from vrag_compress.bench import encode_archs
+    from vrag_compress.cli import app
+
+    stand_in = encode_archs.RealArch("colsmol-256m", "vidore/colSmol-256M", "tiny", _tiny_colsmol)
+    monkeypatch.setitem(encode_archs.ARCHS, "colsmol-256m", stand_in)
+    monkeypatch.setenv("VRAG_CACHE_DIR", str(tmp_path / "cache"))
+    report = tmp_path / "onnx.json"
+    args = ["bench", "onnx", "--arch", "colsmol-256m", "--random-weights", "--work", tmp_path]
+    args += ["--pages", 10, "--queries", 3, "--starts", 1, "--json", report]
+    result = CliRunner().invoke(app, list(map(str, args)))
+    assert result.exit_code == 0, result.output
+    row = json.loads(report.read_text())
+    assert (row["arch"], row["random_weights"], row["pages"]) == ("colsmol-256m", True, 10)
+    assert row["export"]["max_abs_difference"] < 1e-3
+    for backend in ("onnx", "torch"):
+        assert row[backend]["first_query_s"] > 0 and row[backend]["encode_p50_ms"] > 0
+    assert row["overlap@10"] == 1.0 and row["max_score_diff"] < 1e-3
+    with VisualIndex.open(row["index"], readonly=True) as index:
+        assert len(index.documents()) == 10
+        assert isinstance(index.query_encoder, OnnxColQueryEncoder)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give --index or --arch"),
+        (["--index", "x", "--arch", "colsmol-256m"], "give --index or --arch"),
+        (["--arch", "colsmol-256m"], "--random-weights"),
+        (["--arch", "colfoo", "--random-weights"], "unknown arch"),
+    ],
+)
+def test_bench_onnx_bad_usage_exits_2(args: list[str], message: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "onnx", *args, "--work", str(tmp_path)])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
