@@ -84,17 +84,18 @@ def test_a_cli_search_with_an_export_never_imports_torch(exported: dict[str, Pat
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
-def test_col_models_are_refused_with_one_line(tmp_path: Path) -> None:
+def test_a_model_that_cannot_be_exported_is_refused_with_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "vrag_compress", "export-onnx", "tiny-colpali"],
+        [sys.executable, "-m", "vrag_compress", "export-onnx", "tiny-colgemma3", "--json"],
         env=env,
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 1
+    assert done.returncode == 1 and done.stdout == ""
     assert "error:" in done.stderr and "Traceback" not in done.stderr
-    assert "only text models" in " ".join(done.stderr.split())
+    assert "query template could not be reproduced" in " ".join(done.stderr.split())
+    assert not (tmp_path / "onnx" / "tiny-colgemma3").exists()
 
 
 def test_bench_onnx_reports_both_backends(exported: dict[str, Path], tmp_path: Path) -> None:

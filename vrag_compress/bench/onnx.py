@@ -4,6 +4,13 @@ Measured per backend: a fresh process that opens the index and answers one query
 (`first_query_s`: what a `vrag search` user waits for), and the query-encoding latency in a warm
 process. Agreement: the top-k pages of each query under both backends (`overlap@10`) and the
 largest score difference over the hits both return.
+
+``--arch colsmol-256m --random-weights`` measures a real-size Col* model without downloading
+weights: the architecture is built from its published config with random weights (as `vrag bench
+encode` does) and saved under ``--work``; its index holds Cranfield documents as pages, each
+encoded through the same model's torch text path (encoding real page images takes minutes per
+page on a CPU, and the query path, which is what this measures, is the same either way); the
+model is then exported with `vrag export-onnx`, and both backends answer the same questions.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ def warm_run(index: Path, queries: list[str], backend: str, k: int) -> dict[str,
     try:
         with VisualIndex.open(index, readonly=True) as ix:
             encoder = ix.query_encoder
-            if backend == "onnx" and type(encoder).__name__ != "OnnxTextQueryEncoder":
+            if backend == "onnx" and not type(encoder).__name__.startswith("Onnx"):
                 raise typer.BadParameter(
                     f"{index} (model {ix.model_id}) has no ONNX query export: run "
                     f"`vrag export-onnx {index}` first",
@@ -83,9 +90,72 @@ def agreement(a: list[dict[str, float]], b: list[dict[str, float]], k: int) -> d
     }
 
 
+def arch_index(arch: str, work: Path, n_pages: int) -> tuple[Path, dict[str, Any]]:
+    """A real-size random-weight `arch` saved under `work`, an index of Cranfield documents
+    encoded by it, and its ONNX export (each step reused when already there)."""
+    from vrag_compress.beir import load_beir
+    from vrag_compress.encoders.onnx_query import has_export
+
+    model, index = work / "model", work / "index"
+    if not (model / "config.json").is_file():
+        save_random_arch(arch, model)
+    if not index.is_dir():
+        docs = dict(list(load_beir(data_dir() / "cranfield").docs.items())[:n_pages])
+        text_index(model, docs, index)
+    export: dict[str, Any] = {"reused": True}
+    if not has_export(str(model)):
+        done = subprocess.run(
+            [sys.executable, "-m", "vrag_compress", "export-onnx", str(index), "--json"],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        export = json.loads(done.stdout)
+    return index, export
+
+
+def text_index(model: Path, docs: dict[str, str], out: Path) -> None:
+    """An index of `model` whose pages are `docs`, each encoded by the model's torch text path
+    (its first 48 words); the model is freed on return, before the export loads it again."""
+    from vrag_compress import VisualIndex
+
+    texts = [" ".join(text.split()[:48]) for text in docs.values()]
+    ids = [f"cranfield-{doc_id}" for doc_id in docs]
+    staging = out.with_name(out.name + ".partial")
+    with VisualIndex.create(staging, model=str(model), compressor="identity", device="cpu") as ix:
+        vectors = ix.encoder.encode_queries(texts)
+        ix.upsert_vectors(vectors, page_ids=ids, doc_ids=ids, texts=texts)
+    staging.rename(out)
+
+
+def save_random_arch(arch: str, out: Path) -> None:
+    """Build `arch` (`bench.encode_archs`) with seed-0 random weights and save model + processor."""
+    import torch
+
+    from vrag_compress.bench.encode_archs import ARCHS
+
+    if arch not in ARCHS:
+        raise typer.BadParameter(f"unknown arch {arch!r}; choose one of {sorted(ARCHS)}")
+    torch.manual_seed(0)
+    model, processor = ARCHS[arch].build(torch.float32, None)
+    staging = out.with_name(out.name + ".partial")
+    model.save_pretrained(staging)
+    processor.save_pretrained(staging)
+    staging.rename(out)
+
+
 @bench_app.command("onnx")
 def onnx(
-    index: Path = typer.Option(..., "--index", help="an index of a text model with an export"),
+    index: Path | None = typer.Option(None, "--index", help="an index whose model has an export"),
+    arch: str | None = typer.Option(
+        None, "--arch", help="or a real-size Col* architecture (colsmol-256m, ...), random weights"
+    ),
+    random_weights: bool = typer.Option(False, "--random-weights", help="required with --arch"),
+    work: Path = typer.Option(
+        Path("/tmp/vrag-bench-onnx"), "--work", help="--arch: where model, index and cache go"
+    ),
+    n_pages: int = typer.Option(100, "--pages", min=10, help="--arch: Cranfield documents"),
     n_queries: int = typer.Option(50, "--queries", min=1, help="real Cranfield questions"),
     k: int = typer.Option(10, "-k", min=1, help="hits compared per query"),
     starts: int = typer.Option(3, min=1, help="fresh processes timed per backend"),
@@ -96,8 +166,23 @@ def onnx(
 
     from vrag_compress.beir import load_beir
 
+    if (index is None) == (arch is None):
+        raise typer.BadParameter("give --index or --arch (not both)")
+    result: dict[str, Any] = {}
+    if arch is not None:
+        if not random_weights:
+            raise typer.BadParameter(
+                "pass --random-weights: --arch builds the architecture from its published "
+                "config (no weights are downloaded); query cost does not depend on their values"
+            )
+        work = work / arch
+        work.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("VRAG_CACHE_DIR", str(work / "cache"))
+        index, export = arch_index(arch, work, n_pages)
+        result |= {"arch": arch, "random_weights": True, "pages": n_pages, "export": export}
+    assert index is not None
     queries = list(load_beir(data_dir() / "cranfield").queries.values())[:n_queries]
-    result: dict[str, Any] = {"index": str(index), "queries": len(queries), "k": k}
+    result |= {"index": str(index), "queries": len(queries), "k": k}
     for backend in BACKENDS:
         warm = warm_run(index, queries, backend, k)
         cold = [first_query_seconds(index, queries[0], backend) for _ in range(starts)]

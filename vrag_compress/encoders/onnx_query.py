@@ -1,16 +1,22 @@
-"""Queries without torch: a text model's query path exported to ONNX, run with ONNX Runtime.
+"""Queries without torch: a model's query path exported to ONNX, run with ONNX Runtime.
 
 Why: a search on the CPU needs one short forward of the query encoder, yet loading torch and
 transformers takes seconds and hundreds of MB. `vrag export-onnx` exports the query path of an
-index's text model (MiniLM, or another local BERT-style folder) once, into the model cache; every
-later search with that model on the CPU tokenizes with the `tokenizers` library and runs the graph
-with `onnxruntime`, neither of which imports torch.
+index's model once, into the model cache; every later search with that model on the CPU tokenizes
+with the `tokenizers` library and runs the graph with `onnxruntime`, neither of which imports torch.
 
-What the export holds (``$VRAG_CACHE_DIR/onnx/<model>/``): ``query.onnx`` (token ids -> last hidden
-state, dynamic batch and length), ``tokenizer.json``, ``projection.npy`` when the model projects
-its vectors, and ``query.json`` (model id, window, dimension). Queries keep every non-padding token
-and are L2-normalised rows, exactly as `TextTokenEncoder.encode_queries` does; tests compare both.
-Col* families are not exported yet: their queries still load the torch model.
+Two kinds of export (``$VRAG_CACHE_DIR/onnx/<model>/``, each with ``query.onnx``, ``tokenizer.json``
+and ``query.json``):
+
+- **text** (MiniLM, a local BERT-style folder): token ids -> last hidden state, plus
+  ``projection.npy`` when the model projects. Queries keep every non-padding token, as
+  `TextTokenEncoder.encode_queries` does.
+- **col** (ColSmol/ColIdefics3, ColPali, ColQwen2, ...): the Col* model's own forward on text
+  only (decoder, projection, normalisation). The processor's query template (prefix, the ten
+  augmentation tokens, the tokenizer's special tokens, padding side) is recorded as strings and
+  ids and replayed with `tokenizers`; the export is refused unless the ids equal the processor's
+  on `TEMPLATE_CHECKS` (hostile and unicode queries). Vectors are every non-padding row,
+  renormalised in float32, as `ColEncoder.encode_queries` does.
 """
 
 from __future__ import annotations
@@ -18,17 +24,36 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vrag_compress.encoders.base import unit_rows
-from vrag_compress.encoders.errors import EncoderLoadError, check_text_queries
+from vrag_compress.encoders.base import EncodingError, unit_rows
+from vrag_compress.encoders.errors import (
+    EncoderInputError,
+    EncoderLoadError,
+    check_text_queries,
+)
 from vrag_compress.encoders.tiny import cache_root
 
 EXPORT_FILES = ("query.onnx", "tokenizer.json", "query.json")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+AUGMENTATION_TOKENS = 10
+"""colpali-engine's ``process_queries`` appends its augmentation token this many times."""
+TEMPLATE_CHECKS = (
+    "what is the operating cost",
+    "x",
+    "  leading, trailing and  double  spaces  ",
+    "Ünïcödé ñ 日本語の質問 🙂👩‍👩‍👧 مرحبا",
+    "e\u0301 (decomposed) vs \u00e9, soft\u00adhyphen, zero\u200bwidth, \ufeffBOM",
+    "<end_of_utterance> <|im_start|> <|endoftext|> <pad> <bos> <eos> <unk>",
+    "tabs\tand\nnew\r\nlines \x00 \x1b[31m control",
+    "A" * 300 + " " + "long query " * 120,
+)
+"""Queries whose token ids must equal the processor's before a Col* export is kept."""
 
 
 def export_dir(model_id: str) -> Path:
@@ -42,42 +67,40 @@ def has_export(model_id: str) -> bool:
     return all((folder / name).is_file() for name in EXPORT_FILES)
 
 
-def export_text_queries(encoder: Any, out: Path | None = None) -> Path:
-    """Export the query path of a page-text encoder (`PageTextEncoder`); needs torch and onnx.
+def export_queries(encoder: Any, out: Path | None = None) -> Path:
+    """Export the query path of a page-text encoder or a Col* encoder; needs torch and onnx.
 
     Written into a temporary folder and renamed into place, so a reader never sees half of it."""
-    import shutil
-    import tempfile
-
-    import torch
-
     try:
         import onnx  # noqa: F401  (torch's exporter writes through it)
     except ImportError as error:
         raise EncoderLoadError(
             "exporting needs the onnx package: pip install 'vrag-compress[onnx]'"
         ) from error
+    if hasattr(encoder, "processor") and hasattr(encoder, "family"):
+        return _write_export(encoder, out, _col_export)
     text = getattr(encoder, "text", None)
     if text is None or not hasattr(text, "model") or not hasattr(text, "tokenizer"):
         raise EncoderLoadError(
-            f"{getattr(encoder, 'model_id', encoder)!r} has no exportable text query path; only "
-            "text models (minilm or a local BERT-style folder) can be exported to ONNX"
+            f"{getattr(encoder, 'model_id', encoder)!r} has no exportable query path; text "
+            "models (minilm, a local BERT-style folder) and Col* checkpoints can be exported"
         )
+    return _write_export(encoder, out, _text_export)
+
+
+def _write_export(encoder: Any, out: Path | None, fill: Callable[[Any, Path], dict]) -> Path:
+    """`fill` writes the graph and tokenizer into a private folder and returns the manifest."""
+    import shutil
+    import tempfile
+
+    import torch
+
     target = out or export_dir(encoder.model_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
     try:
-        _export_graph(text.model, text.tokenizer, work / "query.onnx")
-        text.tokenizer.backend_tokenizer.save(str(work / "tokenizer.json"))
-        if text.projection is not None:
-            np.save(work / "projection.npy", text.projection)
-        manifest = {
-            "model_id": encoder.model_id,
-            "max_length": int(text.max_length),
-            "dim": int(encoder.dim),
-            "pad_id": int(text.tokenizer.pad_token_id or 0),
-            "torch": torch.__version__,
-        }
+        manifest = {"model_id": encoder.model_id, "dim": int(encoder.dim), **fill(encoder, work)}
+        manifest["torch"] = torch.__version__
         (work / "query.json").write_text(json.dumps(manifest, indent=2))
         if target.exists():
             shutil.rmtree(target)
@@ -87,48 +110,160 @@ def export_text_queries(encoder: Any, out: Path | None = None) -> Path:
     return target
 
 
-def _export_graph(model: Any, tokenizer: Any, file: Path) -> None:
-    """Trace ids -> last hidden state with dynamic batch and length (eager attention traces)."""
+def _text_export(encoder: Any, work: Path) -> dict[str, Any]:
+    text = encoder.text
+    sample = text.tokenizer(["a query", "a longer sample query"], padding=True, return_tensors="pt")
+    feeds = {name: sample[name] for name in INPUTS}
+    _export_graph(text.model, feeds, "hidden", work / "query.onnx", hidden_state=True)
+    text.tokenizer.backend_tokenizer.save(str(work / "tokenizer.json"))
+    if text.projection is not None:
+        np.save(work / "projection.npy", text.projection)
+    pad = int(text.tokenizer.pad_token_id or 0)
+    return {"kind": "text", "max_length": int(text.max_length), "pad_id": pad}
+
+
+def _col_export(encoder: Any, work: Path) -> dict[str, Any]:
+    """The Col* model's forward on query tokens, and its query template checked id by id."""
+    tokenizer = encoder.processor.tokenizer
+    tokenizer.backend_tokenizer.save(str(work / "tokenizer.json"))
+    template = col_query_template(encoder)
+    _check_template(encoder, template, work / "tokenizer.json")
+    sample = encoder.process_queries(["a query", "a longer sample query"])
+    feeds = {name: sample[name] for name in INPUTS if name in sample}
+    constants = {}
+    for name in feeds:
+        if name in ("input_ids", "attention_mask"):
+            continue
+        values = feeds[name].unique().tolist()
+        if len(values) != 1:
+            raise EncoderLoadError(
+                f"{encoder.model_id}: query input {name!r} varies by token; not exportable"
+            )
+        constants[name] = int(values[0])
+    _export_graph(encoder.model, feeds, "embeddings", work / "query.onnx", hidden_state=False)
+    return {"kind": "col", "family": encoder.family.name, **template, "constants": constants}
+
+
+def col_query_template(encoder: Any) -> dict[str, Any]:
+    """What colpali-engine's ``process_queries`` wraps around a query, as plain data.
+
+    ``query_prefix + query + augmentation token × 10``, and ColPali's ``process_texts`` puts the
+    BOS token in front; the tokenizer's own post-processor (saved in ``tokenizer.json``) adds the
+    rest. ``refused``: the image placeholder, which the processor rejects in a query without an
+    image (Idefics3, Qwen2-VL), so the ONNX path rejects it too."""
+    processor = encoder.processor
+    tokenizer = processor.tokenizer
+    prefix = str(getattr(processor, "query_prefix", "") or "")
+    if encoder.family.name == "colpali":
+        prefix = str(tokenizer.bos_token) + prefix
+    image_token = str(tokenizer.convert_ids_to_tokens(int(encoder.image_token_id)))
+    try:
+        processor.process_queries([image_token])
+        refused: list[str] = []
+    except ValueError:
+        refused = [image_token]
+    return {
+        "prefix": prefix,
+        "suffix": str(processor.query_augmentation_token) * AUGMENTATION_TOKENS,
+        "pad_id": int(tokenizer.pad_token_id),
+        "padding_side": str(tokenizer.padding_side),
+        "refused": refused,
+    }
+
+
+def _check_template(encoder: Any, template: dict[str, Any], tokenizer_file: Path) -> None:
+    """Refuse the export unless the replayed template gives the processor's ids exactly."""
+    from tokenizers import Tokenizer
+
+    replay = Tokenizer.from_file(str(tokenizer_file))
+    for query in TEMPLATE_CHECKS:
+        batch = encoder.processor.process_queries([query])
+        mask = batch["attention_mask"][0].bool()
+        want = batch["input_ids"][0][mask].tolist()
+        got = replay.encode(template["prefix"] + query + template["suffix"]).ids
+        if got != want:
+            raise EncoderLoadError(
+                f"{encoder.model_id}: the processor's query template could not be reproduced "
+                f"with the tokenizers library (query {query[:40]!r}: {len(got)} ids against "
+                f"{len(want)}); not exported"
+            )
+
+
+def _export_graph(
+    model: Any, feeds: dict[str, Any], output: str, file: Path, *, hidden_state: bool
+) -> None:
+    """Trace `model` on `feeds` with dynamic batch and length (eager attention traces).
+
+    ``hidden_state``: export ``.last_hidden_state`` of the output (a text backbone) rather than
+    the output itself (a Col* model, whose forward returns its projected vectors)."""
     import torch
 
-    class HiddenStates(torch.nn.Module):
+    names = list(feeds)
+
+    class Forward(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
+        def forward(self, *inputs: Any) -> Any:
+            result = self.inner(**dict(zip(names, inputs, strict=True)))
+            return result.last_hidden_state if hidden_state else result
 
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
-    sample = tokenizer(["a query", "a longer sample query"], padding=True, return_tensors="pt")
-    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*names, output)}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _silent_stdout(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer notes about shapes the dynamic axes cover
             torch.onnx.export(
-                HiddenStates(model).eval(),
-                tuple(sample[name] for name in INPUTS),
+                Forward(model).eval(),
+                tuple(feeds[name] for name in names),
                 str(file),
-                input_names=list(INPUTS),
-                output_names=["hidden"],
+                input_names=names,
+                output_names=[output],
                 dynamic_axes=axes,
                 opset_version=17,
                 dynamo=False,
             )
+    except torch.onnx.errors.OnnxExporterError as error:  # an operator ONNX has no export for
+        reason = str(error).strip().splitlines()[0]
+        raise EncoderLoadError(f"torch's ONNX exporter cannot export it: {reason}") from error
     finally:
         model.set_attn_implementation(previous)
 
 
+@contextmanager
+def _silent_stdout() -> Iterator[None]:
+    """Keep file descriptor 1 quiet: torch's TorchScript exporter prints the whole traced graph
+    there when an operator fails (its log switch is always on), which would corrupt ``--json``."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _session(file: Path) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+
+
 class OnnxTextQueryEncoder:
-    """Query vectors from an ONNX export: `tokenizers` + `onnxruntime`, no torch."""
+    """Query vectors from a text model's ONNX export: `tokenizers` + `onnxruntime`, no torch."""
 
     reads = "text"
 
     def __init__(self, folder: Path) -> None:
-        import onnxruntime
         from tokenizers import Tokenizer
 
         manifest = json.loads((folder / "query.json").read_text())
@@ -140,11 +275,7 @@ class OnnxTextQueryEncoder:
         self.tokenizer.enable_padding(pad_id=int(manifest["pad_id"]))
         projection = folder / "projection.npy"
         self.projection = np.load(projection) if projection.is_file() else None
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(
-            str(folder / "query.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = _session(folder / "query.onnx")
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
         """One [M, D] array of unit rows per query: every non-padding token, as the torch path."""
@@ -169,12 +300,78 @@ class OnnxTextQueryEncoder:
         return list(self.tokenizer.encode(query).tokens)
 
 
-def load_onnx_query_encoder(model_id: str) -> OnnxTextQueryEncoder | None:
+class OnnxColQueryEncoder:
+    """Query vectors from a Col* model's ONNX export: the processor's query template replayed
+    with `tokenizers`, the model's text forward in `onnxruntime`; no torch."""
+
+    def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer
+
+        manifest = json.loads((folder / "query.json").read_text())
+        self.model_id = str(manifest["model_id"])
+        self.dim = int(manifest["dim"])
+        self.prefix = str(manifest["prefix"])
+        self.suffix = str(manifest["suffix"])
+        self.refused = [str(token) for token in manifest["refused"]]
+        self.constants = {str(k): int(v) for k, v in manifest["constants"].items()}
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_truncation()  # colpali-engine does not cut queries either
+        self.tokenizer.enable_padding(
+            direction=str(manifest["padding_side"]), pad_id=int(manifest["pad_id"])
+        )
+        self.session = _session(folder / "query.onnx")
+
+    def query_ids(self, queries: list[str]) -> list[list[int]]:
+        """Each query's token ids as the processor makes them (prefix, augmentation, specials)."""
+        return [self.tokenizer.encode(self._text(q, i)).ids for i, q in enumerate(queries)]
+
+    def _text(self, query: Any, i: int) -> str:
+        if not isinstance(query, str):
+            raise EncoderInputError(f"query {i} is a {type(query).__name__}, expected str")
+        for token in self.refused:
+            if token in query:
+                raise EncoderInputError(
+                    f"query {i} contains {token!r}, which {self.model_id} reserves for page "
+                    "images; remove it from the query"
+                )
+        return self.prefix + query + self.suffix
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """One [M, D] float32 array of unit rows per query: every non-padding token,
+        augmentation included, as `ColEncoder.encode_queries` gives them."""
+        if isinstance(queries, str):
+            raise EncoderInputError("encode_queries takes a list of strings, got a single string")
+        encodings = self.tokenizer.encode_batch([self._text(q, i) for i, q in enumerate(queries)])
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        names = {i.name for i in self.session.get_inputs()}
+        feeds |= {k: np.full_like(ids, v) for k, v in self.constants.items() if k in names}
+        embeddings = self.session.run(["embeddings"], feeds)[0]
+        out = []
+        for b, (rows, keep) in enumerate(zip(embeddings, mask.astype(bool), strict=True)):
+            vectors = rows[keep].astype(np.float32)
+            if not np.isfinite(vectors).all():
+                raise EncodingError(f"the model produced non-finite vectors for query {b}")
+            out.append(unit_rows(vectors))
+        return out
+
+    def token_labels(self, query: str) -> list[str]:
+        """The query's tokens as text (byte-level marks shown as spaces), for explanations."""
+        tokens = self.tokenizer.encode(self._text(query, 0)).tokens
+        return [t.replace("\u0120", " ").replace("\u2581", " ") for t in tokens]
+
+
+def load_onnx_query_encoder(model_id: str) -> OnnxTextQueryEncoder | OnnxColQueryEncoder | None:
     """The exported query encoder of `model_id`, or None when it has no export (or the ONNX
     runtime is missing: the torch path then answers, as before)."""
     if not has_export(model_id):
         return None
+    folder = export_dir(model_id)
+    kind = json.loads((folder / "query.json").read_text()).get("kind", "text")
     try:
-        return OnnxTextQueryEncoder(export_dir(model_id))
+        if kind == "col":
+            return OnnxColQueryEncoder(folder)
+        return OnnxTextQueryEncoder(folder)
     except ImportError:
         return None
