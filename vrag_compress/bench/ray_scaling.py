@@ -5,6 +5,8 @@ same files into a fresh index. Actor start-up (a Python process importing torch 
 model) is timed apart from the pages, so ``pages_per_s`` is the steady rate and ``ratio`` the
 speed-up over the first count. Every actor has one CPU (Ray gives it one torch thread), so a
 CPU-bound stage should scale with the free cores: say how loaded the machine was (``load``).
+``driver_write_s`` is the time the driver spent writing (files, the store transaction): the
+serial part of a run, which bounds its rate however many actors there are.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def bench_ray(
     batch_size: int = typer.Option(2, help="Pages per batch sent to an actor."),
     limit: int = typer.Option(40, help="Index only the first N files (0: all)."),
     images: bool = typer.Option(
-        True, "--images/--no-images", help="Store page images (the driver encodes them)."
+        True, "--images/--no-images", help="Store page images (the actors encode them)."
     ),
     json_out: Path = typer.Option(None, "--json", help="Write the results here as JSON."),
     data: Path | None = typer.Option(
@@ -72,7 +74,7 @@ def bench_ray(
         typer.echo(
             f"{run['actors']} actors: {run['pages']} pages in {run['seconds']:.1f}s = "
             f"{run['pages_per_s']:.2f} pages/s (x{run['ratio']}; actor start "
-            f"{run['startup_s']:.1f}s)"
+            f"{run['startup_s']:.1f}s; driver writing {run['driver_write_s']:.1f}s)"
         )
     typer.echo(f"load average before the runs: {results['load']} on {results['cpus']} CPUs")
     if json_out:
@@ -102,6 +104,7 @@ def _run(
             pool = start_actors(ray, index, RayOptions(actors=actors), "never")
             ready = time.perf_counter()
             indexer, report = index._indexer(), AddReport()
+            writing = _timed(indexer)
             planned = indexer.plan(files, {}, report, bar)
             run_units(indexer, pool, units(planned, batch_size), 2 * actors, report, bar)
             done = time.perf_counter()
@@ -114,5 +117,22 @@ def _run(
         "failures": len(report.failures),
         "startup_s": round(ready - started, 3),
         "seconds": round(seconds, 3),
+        "driver_write_s": round(writing[0], 3),
         "pages_per_s": round(report.pages_indexed / seconds, 3) if seconds else 0.0,
     }
+
+
+def _timed(indexer: Any) -> list[float]:
+    """Time spent in ``indexer.write`` (the driver's serial part), summed into the list."""
+    spent = [0.0]
+    write = indexer.write
+
+    def timed_write(*args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        try:
+            write(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    indexer.write = timed_write
+    return spent
