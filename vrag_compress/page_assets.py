@@ -127,19 +127,18 @@ class PageAssets:
         self,
         doc_id: str,
         page_no: int,
-        image: Image.Image | StoredImage,
+        image: StoredImage,
         page_id: str | None = None,
     ) -> str | None:
-        """Store a downsized copy of the page image; returns its path relative to the index."""
-        stored = image if isinstance(image, StoredImage) else self.prepare(image)
-        if not self.store or stored.data is None:
+        """Write a prepared page image (`prepare`); returns its path relative to the index."""
+        if not self.store or image.data is None:
             return None
         relative = (
             Path("images")
             / safe_name(doc_id)
             / f"{page_stem(doc_id, page_no, page_id)}.{self.format}"
         )
-        data = stored.data
+        data = image.data
         _atomic_write(self.root / relative, lambda f: f.write(data))
         return relative.as_posix()
 
