@@ -5,8 +5,10 @@ same files into a fresh index. Actor start-up (a Python process importing torch 
 model) is timed apart from the pages, so ``pages_per_s`` is the steady rate and ``ratio`` the
 speed-up over the first count. Every actor has one CPU (Ray gives it one torch thread), so a
 CPU-bound stage should scale with the free cores: say how loaded the machine was (``load``).
-``driver_write_s`` is the time the driver spent writing (files, the store transaction): the
-serial part of a run, which bounds its rate however many actors there are.
+``driver_write_s`` is the time the driver spent writing (files, the store transaction), and
+``driver_cpu_s`` the CPU time the driver's process used while the pages ran: its serial part,
+which bounds the rate however many actors there are (``pages / driver_cpu_s`` at most, on a
+free core). CPU time, unlike wall time, hardly depends on how loaded the machine is.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def bench_ray(
         typer.echo(
             f"{run['actors']} actors: {run['pages']} pages in {run['seconds']:.1f}s = "
             f"{run['pages_per_s']:.2f} pages/s (x{run['ratio']}; actor start "
-            f"{run['startup_s']:.1f}s; driver writing {run['driver_write_s']:.1f}s)"
+            f"{run['startup_s']:.1f}s; driver writing {run['driver_write_s']:.1f}s, "
+            f"driver CPU {run['driver_cpu_s']:.1f}s)"
         )
     typer.echo(f"load average before the runs: {results['load']} on {results['cpus']} CPUs")
     if json_out:
@@ -102,12 +105,12 @@ def _run(
         with index, IndexProgress(0, enabled=False) as bar:
             started = time.perf_counter()
             pool = start_actors(ray, index, RayOptions(actors=actors), "never")
-            ready = time.perf_counter()
+            ready, cpu = time.perf_counter(), time.process_time()
             indexer, report = index._indexer(), AddReport()
             writing = _timed(indexer)
             planned = indexer.plan(files, {}, report, bar)
             run_units(indexer, pool, units(planned, batch_size), 2 * actors, report, bar)
-            done = time.perf_counter()
+            done, cpu = time.perf_counter(), time.process_time() - cpu
             for actor in pool.actors:
                 ray.kill(actor)
     seconds = done - ready
@@ -118,6 +121,7 @@ def _run(
         "startup_s": round(ready - started, 3),
         "seconds": round(seconds, 3),
         "driver_write_s": round(writing[0], 3),
+        "driver_cpu_s": round(cpu, 3),
         "pages_per_s": round(report.pages_indexed / seconds, 3) if seconds else 0.0,
     }
 
