@@ -35,4 +35,6 @@ def test_bench_ray_reports_pages_per_second(shared_data: Path, tmp_path: Path) -
     result = json.loads(report.read_text())
     (run,) = result["runs"]
     assert run["actors"] == 1 and run["pages"] > 0 and run["pages_per_s"] > 0
+    assert 0 < run["driver_write_s"] < run["seconds"]
+    assert run["driver_cpu_s"] > 0
     assert run["ratio"] == 1.0

@@ -222,6 +222,10 @@ def _whole_and_verified(path: Path) -> int:
         return len(stored)
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
+
+
 def _failures(report: dict, name: str) -> list[dict]:
     return [f for f in report["failures"] if f["path"].endswith(name)]
 
@@ -264,6 +268,10 @@ def test_a_ray_built_store_is_the_single_process_store(
         assert ray_pages[page_id][0] == metadata
         np.testing.assert_allclose(ray_pages[page_id][1], vectors, atol=2e-3)
     assert _documents(tmp_path / "index") == _documents(local_path)  # failed_pages too
+    # the actors made the stored images: the same files, byte for byte; the same layouts
+    ray_images = _files(tmp_path / "index" / "images")
+    assert ray_images == _files(local_path / "images") and len(ray_images) == 12
+    assert _files(tmp_path / "index" / "layouts").keys() == _files(local_path / "layouts").keys()
     with VisualIndex.open(tmp_path / "index", readonly=True) as index:
         assert index.verify().ok
     assert _top5(tmp_path / "index") == _top5(local_path)

@@ -34,6 +34,7 @@ from vrag_compress.index_config import VisualIndexError
 from vrag_compress.indexing import AddReport, DocState, Indexer, ProcessedBatch
 from vrag_compress.ingest import IngestError, Page
 from vrag_compress.ocr import PageOcr
+from vrag_compress.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
 
 if TYPE_CHECKING:
@@ -76,12 +77,29 @@ def _absolute(opener: Any) -> Any:
     return opener
 
 
+@dataclass(frozen=True)
+class PageHeader:
+    """A rendered page without its pixels: what the driver's writer reads of it. The pixels
+    stay on the worker, which sends the stored image file ready-made (`ProcessedBatch`): a
+    150 dpi page is 6.5 MB of RGB, its stored webp ~60 KB, and encoding it is serial work the
+    one writer should not do."""
+
+    doc_id: str
+    page_no: int
+    text: str | None
+    source: Path
+
+    @classmethod
+    def of(cls, page: Page) -> PageHeader:
+        return cls(page.doc_id, page.page_no, page.text, page.source)
+
+
 @dataclass
 class RemoteResult:
-    """A worker's answer for one unit: the rendered pages (None where rendering failed), what
-    `Indexer.process` made of them, and the failures and OCR notes it reported."""
+    """A worker's answer for one unit: the rendered pages' headers (None where rendering
+    failed), what `Indexer.process` made of them, and the failures and OCR notes it reported."""
 
-    pages: list[Page | None]
+    pages: list[PageHeader | None]
     processed: ProcessedBatch
     report: AddReport
 
@@ -155,6 +173,10 @@ class PageWorker:
         self.config = recorded
         self.device = device
         self.page_ocr = PageOcr(ocr_mode)
+        # only to prepare the stored images (`PageAssets.prepare`): nothing is written here
+        self.assets = PageAssets(
+            Path(), **recorded.images.to_dict(), dpi=recorded.dpi, renderer=recorded.renderer
+        )
         self._loaded: tuple[Any, Any] | None = None
         self._options = reopen_options(recorded.encoder_options, device)
         self._compressor = lambda: recorded_compressor(recorded)
@@ -185,7 +207,7 @@ class PageWorker:
         rendered = [(i, page) for i, page in enumerate(pages) if page is not None]
         compute = Indexer(
             None,  # type: ignore[arg-type]  # the compute half touches no store or files
-            None,  # type: ignore[arg-type]
+            self.assets,
             lambda: self._models()[0],
             lambda: self._models()[1],
             lambda doc_id: 0,
@@ -198,9 +220,11 @@ class PageWorker:
         at = [i for i, _ in rendered]  # position among the rendered -> position in the request
         failed = [at[i] for i in done.refused] + [i for i, p in enumerate(pages) if p is None]
         processed = ProcessedBatch(
-            done=[(at[i], slim(e), c, t) for i, e, c, t in done.done], refused=sorted(failed)
+            done=[(at[i], slim(e), c, t, image) for i, e, c, t, image in done.done],
+            refused=sorted(failed),
         )
-        return RemoteResult(pages, processed, report)
+        headers = [PageHeader.of(page) if page is not None else None for page in pages]
+        return RemoteResult(headers, processed, report)
 
 
 def render(request: list[tuple[Any, int]], report: AddReport) -> list[Page | None]:

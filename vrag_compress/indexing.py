@@ -30,8 +30,9 @@ from vrag_compress.ingest import (
     open_document,
     with_title,
 )
+from vrag_compress.ingest import page_id as default_page_id
 from vrag_compress.ocr import PageOcr, PageText
-from vrag_compress.page_assets import PageAssets
+from vrag_compress.page_assets import PageAssets, StoredImage
 from vrag_compress.progress import IndexProgress
 from vrag_compress.store import DocumentRecord, MultiVectorStore, PageRecord
 
@@ -112,11 +113,31 @@ class AddReport:
 @dataclass
 class ProcessedBatch:
     """What the compute half of a commit made of a batch: per position that worked, the page's
-    encoding, compressed vectors and text; ``refused``: positions that failed (reported), which
-    their documents list as failed pages. Pages without visual tokens are in neither."""
+    encoding, compressed vectors, text and image ready to store; ``refused``: positions that
+    failed (reported), which their documents list as failed pages. Pages without visual tokens
+    are in neither."""
 
-    done: list[tuple[int, PageEncoding, CompressedPage, PageText]] = field(default_factory=list)
+    done: list[tuple[int, PageEncoding, CompressedPage, PageText, StoredImage]] = field(
+        default_factory=list
+    )
     refused: list[int] = field(default_factory=list)
+
+
+class PageFields(Protocol):
+    """What the writer reads of a page besides its pixels (whose stored form comes ready in
+    `ProcessedBatch`): a `Page`, or the header of a page rendered on a Ray worker."""
+
+    @property
+    def doc_id(self) -> str: ...
+
+    @property
+    def page_no(self) -> int: ...
+
+    @property
+    def text(self) -> str | None: ...
+
+    @property
+    def source(self) -> Path: ...
 
 
 class _Pages(Protocol):
@@ -392,8 +413,8 @@ class Indexer:
         self.write(batch, processed, report, bar)
 
     def process(self, pages: list[Page], report: AddReport, page_ocr: PageOcr) -> ProcessedBatch:
-        """The compute half of a commit (OCR, encode, compress), which touches no store: it runs
-        here, or on a Ray worker whose result the driver then `write`s."""
+        """The compute half of a commit (OCR, encode, compress, the image file to store), which
+        touches no store: it runs here, or on a Ray worker whose result the driver `write`s."""
         texts = page_texts(pages, page_ocr, report)
         processed = ProcessedBatch()
         encoded = self.encode_guarded(pages, [t.text for t in texts], report)
@@ -401,14 +422,15 @@ class Indexer:
             if packed is None:
                 report.fail(_where(pages[i]), self.no_tokens_reason(), pages[i].page_no)
                 continue
-            processed.done.append((i, encoding, packed, texts[i]))
+            image = self.assets.prepare(pages[i].image)
+            processed.done.append((i, encoding, packed, texts[i], image))
         answered = {i for i, _, _ in encoded}
         processed.refused = [i for i in range(len(pages)) if i not in answered]
         return processed
 
     def write(
         self,
-        batch: Sequence[tuple[DocState, Page | int]],
+        batch: Sequence[tuple[DocState, PageFields | int]],
         processed: ProcessedBatch,
         report: AddReport,
         bar: IndexProgress,
@@ -417,11 +439,13 @@ class Indexer:
         documents they touch, in one atomic store write. ``batch`` holds each position's page
         (or only its number, for a page rendered elsewhere that failed)."""
         records = []
-        for i, encoding, packed, text in processed.done:
+        for i, encoding, packed, text, image in processed.done:
             state, page = batch[i]
-            assert isinstance(page, Page)
+            assert not isinstance(page, int)
             metadata = state.record.metadata
-            records.append(self.page_record(page, encoding, packed, metadata=metadata, text=text))
+            records.append(
+                self.page_record(page, encoding, packed, image, metadata=metadata, text=text)
+            )
         for i in processed.refused:
             batch[i][0].failed_pages.append(_page_no(batch[i][1]))
         touched: dict[str, DocState] = {}
@@ -508,7 +532,14 @@ class Indexer:
             if empty:
                 raise NoVisualTokensError(f"pages {empty}: {self.no_tokens_reason()}")
             records = [
-                self.page_record(page, encoding, packed, metadata=meta, page_id=pid)
+                self.page_record(
+                    page,
+                    encoding,
+                    packed,
+                    self.assets.prepare(page.image),
+                    metadata=meta,
+                    page_id=pid,
+                )
                 for page, encoding, packed, meta, pid in zip(
                     pages[chunk], encodings, compressed, metas[chunk], ids[chunk], strict=True
                 )
@@ -525,18 +556,19 @@ class Indexer:
 
     def page_record(
         self,
-        page: Page,
+        page: PageFields,
         encoding: PageEncoding,
         compressed: CompressedPage,
+        image: StoredImage,
         *,
         metadata: dict[str, Any],
         text: PageText | None = None,
         page_id: str | None = None,
     ) -> PageRecord:
         """Save the page's image and layout, and build its catalog record."""
-        image_ref = self.assets.save(page.doc_id, page.page_no, page.image, page_id)
+        image_ref = self.assets.save(page.doc_id, page.page_no, image, page_id)
         self.assets.save_layout(
-            page.doc_id, page.page_no, encoding, compressed, page.image.size, page_id
+            page.doc_id, page.page_no, encoding, compressed, image.size, page_id
         )
         metadata = {**metadata, "n_tokens": encoding.n_tokens}
         if page.source:
@@ -546,7 +578,7 @@ class Indexer:
             text = PageText(page.text or None, "layer" if page.text else "none")
         metadata["text_source"] = text.source
         return PageRecord(
-            page_id=page_id or page.page_id,
+            page_id=page_id or default_page_id(page.doc_id, page.page_no),
             doc_id=page.doc_id,
             page_no=page.page_no,
             vectors=compressed.vectors,
@@ -572,7 +604,7 @@ def _source(path: Any) -> str | None:
     return display_path(Path(path).resolve()) if path else None
 
 
-def _page_no(page: Page | int) -> int:
+def _page_no(page: PageFields | int) -> int:
     return page if isinstance(page, int) else page.page_no
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ log = logging.getLogger(__name__)
 IMAGE_FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "jpg": "JPEG", "png": "PNG"}
 MIME_TYPES = {"WEBP": "image/webp", "JPEG": "image/jpeg", "PNG": "image/png"}
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """A page image made ready to store: the encoded file (None when the index keeps no images)
+    and the size of the rendered page it came from (the layouts' coordinates)."""
+
+    data: bytes | None
+    size: tuple[int, int]
 
 
 class AssetPathError(ValueError):
@@ -100,23 +110,36 @@ class PageAssets:
         self.dpi = dpi
         self.renderer = renderer
 
-    def save(
-        self, doc_id: str, page_no: int, image: Image.Image, page_id: str | None = None
-    ) -> str | None:
-        """Store a downsized copy of the page image; returns its path relative to the index."""
+    def prepare(self, image: Image.Image) -> StoredImage:
+        """The file this index keeps for a page image (downsized, encoded) and the page's size.
+
+        Separate from writing it because encoding is the costly part: on Ray the encoder actors
+        prepare it and the driver, the one writer, only writes the bytes."""
         if not self.store:
+            return StoredImage(None, image.size)
+        copy = image.convert("RGB")
+        copy.thumbnail((self.max_side, self.max_side))
+        buffer = io.BytesIO()
+        copy.save(buffer, IMAGE_FORMATS[self.format], quality=self.quality)
+        return StoredImage(buffer.getvalue(), image.size)
+
+    def save(
+        self,
+        doc_id: str,
+        page_no: int,
+        image: StoredImage,
+        page_id: str | None = None,
+    ) -> str | None:
+        """Write a prepared page image (`prepare`); returns its path relative to the index."""
+        if not self.store or image.data is None:
             return None
         relative = (
             Path("images")
             / safe_name(doc_id)
             / f"{page_stem(doc_id, page_no, page_id)}.{self.format}"
         )
-        copy = image.convert("RGB")
-        copy.thumbnail((self.max_side, self.max_side))
-        _atomic_write(
-            self.root / relative,
-            lambda f: copy.save(f, IMAGE_FORMATS[self.format], quality=self.quality),
-        )
+        data = image.data
+        _atomic_write(self.root / relative, lambda f: f.write(data))
         return relative.as_posix()
 
     def image_path(self, ref: str | None) -> Path | None:

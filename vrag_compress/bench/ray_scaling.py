@@ -5,6 +5,10 @@ same files into a fresh index. Actor start-up (a Python process importing torch 
 model) is timed apart from the pages, so ``pages_per_s`` is the steady rate and ``ratio`` the
 speed-up over the first count. Every actor has one CPU (Ray gives it one torch thread), so a
 CPU-bound stage should scale with the free cores: say how loaded the machine was (``load``).
+``driver_write_s`` is the time the driver spent writing (files, the store transaction), and
+``driver_cpu_s`` the CPU time the driver's process used while the pages ran: its serial part,
+which bounds the rate however many actors there are (``pages / driver_cpu_s`` at most, on a
+free core). CPU time, unlike wall time, hardly depends on how loaded the machine is.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ def bench_ray(
     batch_size: int = typer.Option(2, help="Pages per batch sent to an actor."),
     limit: int = typer.Option(40, help="Index only the first N files (0: all)."),
     images: bool = typer.Option(
-        True, "--images/--no-images", help="Store page images (the driver encodes them)."
+        True, "--images/--no-images", help="Store page images (the actors encode them)."
     ),
     json_out: Path = typer.Option(None, "--json", help="Write the results here as JSON."),
     data: Path | None = typer.Option(
@@ -72,7 +76,8 @@ def bench_ray(
         typer.echo(
             f"{run['actors']} actors: {run['pages']} pages in {run['seconds']:.1f}s = "
             f"{run['pages_per_s']:.2f} pages/s (x{run['ratio']}; actor start "
-            f"{run['startup_s']:.1f}s)"
+            f"{run['startup_s']:.1f}s; driver writing {run['driver_write_s']:.1f}s, "
+            f"driver CPU {run['driver_cpu_s']:.1f}s)"
         )
     typer.echo(f"load average before the runs: {results['load']} on {results['cpus']} CPUs")
     if json_out:
@@ -100,11 +105,12 @@ def _run(
         with index, IndexProgress(0, enabled=False) as bar:
             started = time.perf_counter()
             pool = start_actors(ray, index, RayOptions(actors=actors), "never")
-            ready = time.perf_counter()
+            ready, cpu = time.perf_counter(), time.process_time()
             indexer, report = index._indexer(), AddReport()
+            writing = _timed(indexer)
             planned = indexer.plan(files, {}, report, bar)
             run_units(indexer, pool, units(planned, batch_size), 2 * actors, report, bar)
-            done = time.perf_counter()
+            done, cpu = time.perf_counter(), time.process_time() - cpu
             for actor in pool.actors:
                 ray.kill(actor)
     seconds = done - ready
@@ -114,5 +120,23 @@ def _run(
         "failures": len(report.failures),
         "startup_s": round(ready - started, 3),
         "seconds": round(seconds, 3),
+        "driver_write_s": round(writing[0], 3),
+        "driver_cpu_s": round(cpu, 3),
         "pages_per_s": round(report.pages_indexed / seconds, 3) if seconds else 0.0,
     }
+
+
+def _timed(indexer: Any) -> list[float]:
+    """Time spent in ``indexer.write`` (the driver's serial part), summed into the list."""
+    spent = [0.0]
+    write = indexer.write
+
+    def timed_write(*args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        try:
+            write(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    indexer.write = timed_write
+    return spent

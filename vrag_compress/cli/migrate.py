@@ -4,6 +4,9 @@ No re-encoding: the stored compressed vectors, payloads and document rows are co
 same exact searches run on both stores and must agree before the command reports success. A
 source without fp16 vectors is copied as its decoded vectors, kept in full by the destination
 (``fp16`` true, no codes) unless ``--keep-codes`` asks for its codes-only layout.
+
+Pages are copied in batches; a migration that was killed (even ``kill -9``) resumes when the same
+command runs again: the pages already in DST are kept and only the missing ones are copied.
 """
 
 from __future__ import annotations
@@ -35,13 +38,22 @@ def resolve_target(target: str) -> str:
     return read_store_pointer(target) or target
 
 
+def source_name(src: str) -> str:
+    """How a migration's destination names its source: the URL, or the absolute folder, so
+    the same command run again from anywhere resumes it."""
+    from vrag_compress.store.open import absolute_store_url, is_store_url
+
+    target = resolve_target(src)
+    return absolute_store_url(target) if is_store_url(target) else str(Path(target).resolve())
+
+
 @app.command("migrate")
 def migrate(
     src: str = typer.Argument(..., help="Index folder, embedded store folder or store URL."),
     dst: str = typer.Argument(
         ...,
         help="New store: qdrant://host:port/collection, qdrant+local://PATH, or a new "
-        "folder for an embedded store.",
+        "folder for an embedded store (a migration that was killed resumes there).",
     ),
     candidate: str = typer.Option(
         "mean", help="Qdrant prefetch field: mean, binary or none (exact only)."
@@ -65,10 +77,18 @@ def migrate(
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
 ) -> None:
-    """Copy SRC's pages and documents into a new store DST, then compare search results."""
+    """Copy SRC's pages and documents into a new store DST, then compare search results.
+
+    Run the same command again after a kill: it resumes, copying only the pages DST lacks."""
     from vrag_compress.store import StoreError
-    from vrag_compress.store.migrate import compare_stores, copy_store, destination_config
-    from vrag_compress.store.open import create_store, is_store_url, open_store
+    from vrag_compress.store.migrate import (
+        compare_stores,
+        copy_store,
+        destination_config,
+        finish_migration,
+        open_destination,
+    )
+    from vrag_compress.store.open import is_store_url, open_store
 
     if repoint is not None and not is_store_url(dst):
         raise typer.BadParameter("--repoint needs a store URL as DST", param_hint="--repoint")
@@ -76,14 +96,24 @@ def migrate(
     try:
         with open_store(resolve_target(src), readonly=True) as source:
             config = destination_config(source.config, keep_codes=keep_codes)
-            with create_store(dst, config, **options) as target:
+            origin = source_name(src)
+            target, there = open_destination(dst, config, source, origin, **options)
+            with target:
                 total = source.count()
+                if there:
+                    err.print(f"resuming: {len(there)} of {total} pages are already in {dst}")
                 with _progress() as bar:
-                    task = bar.add_task("copying pages", total=total)
+                    task = bar.add_task("copying pages", total=total, completed=len(there))
                     copied = copy_store(
-                        source, target, batch=batch, progress=lambda n: bar.advance(task, n)
+                        source,
+                        target,
+                        batch=batch,
+                        progress=lambda n: bar.advance(task, n),
+                        skip=there,
                     )
                 check = compare_stores(source, target, queries=verify_queries)
+                if check.ok:
+                    finish_migration(target, origin)
     except StoreError as error:
         err.print(f"[bold red]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from error
@@ -91,6 +121,7 @@ def migrate(
         "src": src,
         "dst": dst,
         "pages_copied": copied,
+        "pages_resumed": len(there),
         "ok": check.ok,
         "pages_src": check.pages_src,
         "pages_dst": check.pages_dst,
@@ -126,6 +157,7 @@ def _print(report: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     for name in (
         "pages_copied",
+        "pages_resumed",
         "pages_src",
         "pages_dst",
         "documents_equal",

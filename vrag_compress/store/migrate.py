@@ -4,6 +4,14 @@ The copy moves the stored (compressed, fp16) vectors, payloads and document rows
 store without fp16 vectors gives its decoded codes, which the destination keeps as full vectors);
 the check runs the same exact searches on both stores and compares ranked ids and scores, so a
 migration is only trusted when the two stores answer alike.
+
+A migration streams: one batch of pages is read and written at a time, each written whole
+(pages are upserted by id, so a batch written twice is still written once), and the document
+rows go last. The destination's config records the migration (``migration``: the source and
+whether the copy finished), so a killed migration leaves a partial copy that says so; run again
+with the same source, `open_destination` finds it and `copy_store` copies only the pages it
+lacks. Any other existing store is refused: a migration never writes into a store it did not
+create.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store.base import MultiVectorStore
+from vrag_compress.store.base import MultiVectorStore, StoreError, StoreExistsError
 
 Progress = Callable[[int], None]
+MIGRATION_KEY = "migration"  # in the destination's config: {"from": source, "complete": bool}
 
 
 @dataclass
@@ -50,16 +59,71 @@ def destination_config(config: dict[str, Any], *, keep_codes: bool = False) -> d
     return {**fixed, "fp16": True, "codes": "none"}
 
 
+def open_destination(
+    target: str, config: dict[str, Any], src: MultiVectorStore, source: str, **options: Any
+) -> tuple[MultiVectorStore, set[str]]:
+    """A new store at ``target`` for a migration from ``source`` (``src``), or the unfinished
+    copy a killed migration from the same source left there; with the ids of the pages it
+    already holds (empty for a new store). Any other existing store is an error."""
+    from vrag_compress.store.open import create_store, open_store
+
+    unfinished = {"from": source, "complete": False}
+    try:
+        return create_store(target, {**config, MIGRATION_KEY: unfinished}, **options), set()
+    except StoreExistsError as exists:
+        try:
+            dst = open_store(target)
+        except StoreError:
+            raise exists from None
+        refused = exists
+    try:
+        found = dst.config.get(MIGRATION_KEY)
+        if found != unfinished:
+            raise _not_resumable(target, found, source) if found else refused
+        return dst, resumable_pages(src, dst, target)
+    except BaseException:
+        dst.close()
+        raise
+
+
+def _not_resumable(target: str, found: Any, source: str) -> StoreExistsError:
+    origin = found.get("from") if isinstance(found, dict) else found
+    state = "a finished migration" if origin == source else f"a migration from {origin}"
+    return StoreExistsError(
+        f"{target} already holds {state}, not an unfinished one from {source}; "
+        "choose a new DST or delete it first"
+    )
+
+
+def finish_migration(dst: MultiVectorStore, source: str) -> None:
+    """Record in the destination that the copy from ``source`` is whole and checked."""
+    dst.update_config(**{MIGRATION_KEY: {"from": source, "complete": True}})
+
+
+def resumable_pages(src: MultiVectorStore, dst: MultiVectorStore, target: str) -> set[str]:
+    """The page ids the unfinished copy ``dst`` holds, all of which ``src`` must still have."""
+    have = set(dst.page_ids())
+    gone = sorted(have - set(src.page_ids()))
+    if gone:
+        raise StoreError(
+            f"{target} holds {len(gone)} pages the source no longer has (e.g. {gone[0]!r}): "
+            "the source changed since the migration started; delete DST and migrate again"
+        )
+    return have
+
+
 def copy_store(
     src: MultiVectorStore,
     dst: MultiVectorStore,
     *,
     batch: int = 256,
     progress: Progress | None = None,
+    skip: set[str] | frozenset[str] = frozenset(),
 ) -> int:
-    """Upsert every page of ``src`` into ``dst`` (pages first, then document rows, so a crash
-    never leaves a document marked complete without its pages); returns pages copied."""
-    ids = src.page_ids()
+    """Upsert every page of ``src`` that ``dst`` lacks (``skip``: the ids it holds) in batches,
+    then the document rows (last, so a crash never leaves a document marked complete without
+    its pages); returns pages copied."""
+    ids = [page_id for page_id in src.page_ids() if page_id not in skip]
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         dst.upsert(src.get(chunk))
