@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from PIL import Image
@@ -86,6 +86,15 @@ class Encoder(Protocol):
     ) -> list[PageEncoding]: ...
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]: ...
+
+
+def query_twin(encoder: Any) -> Any:
+    """An encoder for queries that shares ``encoder``'s weights but not its tokenizer, so
+    queries encode while pages encode on another thread (capture state is per thread already);
+    the encoder itself when it cannot make one (``twin()``), then both share it as before."""
+    make = getattr(encoder, "twin", None)
+    twin = make() if callable(make) else None
+    return encoder if twin is None else twin
 
 
 @runtime_checkable
