@@ -5,10 +5,14 @@ FastAPI is imported only here and below, and only when the server starts.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import json
+import os
 import socket
 
-from vrag_compress.serve.app import ServeConfig, create_app
+from vrag_compress.serve.app import CONFIG_ENV, ServeConfig, create_app
+from vrag_compress.serve.server import ensure_index
 
 __all__ = ["ServeConfig", "create_app", "is_loopback", "run"]
 
@@ -41,5 +45,28 @@ def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
             )
         config.reads_need_key = True
     config.host = host
+    if config.workers > 1:
+        _run_workers(config, host, port)
+        return
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+
+
+def _run_workers(config: ServeConfig, host: str, port: int) -> None:
+    """``config.workers`` uvicorn worker processes on one socket, each serving the same index
+    (see `vrag_compress.serve.server`); the folder is created first, once."""
+    import uvicorn
+
+    ensure_index(config)
+    values = dataclasses.asdict(config)
+    values["index_dir"] = str(config.index_dir)
+    os.environ[CONFIG_ENV] = json.dumps(values)
+    uvicorn.run(
+        "vrag_compress.serve.app:app_from_environment",
+        factory=True,
+        workers=config.workers,
+        host=host,
+        port=port,
+        log_level="info",
+        server_header=False,
+    )
