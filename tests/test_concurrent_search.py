@@ -4,6 +4,7 @@ answer or its own error, and queries never wait for page encoding."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -161,3 +162,44 @@ def test_searches_answer_while_pages_are_being_encoded(index, tmp_path):
         adding.join(60)
     assert during == before and waited < 30
     assert index.get(["late:1"])  # the page that was held went in afterwards
+
+
+class GatedTwin(SlowQueries):
+    """Makes twins (as the Col* and MiniLM encoders do): the server's readers get one."""
+
+    def twin(self) -> GatedTwin:
+        return copy.copy(self)
+
+
+def test_the_server_answers_searches_while_an_upload_is_encoded(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from vrag_compress.serve import ServeConfig, create_app
+
+    encoder = GatedTwin()
+    config = ServeConfig(index_dir=tmp_path / "served.vrag", api_key="k")
+    with TestClient(create_app(config, encoder=encoder), base_url="http://127.0.0.1:8000") as web:
+        image = tmp_path / "scan.png"
+        encoder.page_image("budget court storm").save(image)
+        encoder.release.clear()
+        with open(image, "rb") as file:
+            posted = web.post(
+                "/api/documents",
+                files={"file": ("scan.png", file, "image/png")},
+                headers={"Authorization": "Bearer k"},
+            )
+        assert posted.status_code == 202, posted.text
+        job = posted.json()["job"]
+        try:
+            assert encoder.pages_started.wait(30)
+            found = web.get("/api/search", params={"q": "budget court", "k": 3})
+            assert found.status_code == 200 and found.json()["hits"] == []  # nothing committed
+            assert web.get(f"/api/jobs/{job}").json()["state"] == "running"  # still encoding
+        finally:
+            encoder.release.set()
+        deadline = time.monotonic() + 60
+        while web.get(f"/api/jobs/{job}").json()["state"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        hits = web.get("/api/search", params={"q": "budget court", "k": 3}).json()["hits"]
+        assert len(hits) == 1  # the page that was held is found once it is committed

@@ -56,6 +56,13 @@ def bench_serve(
     upload_pages: int = typer.Option(
         8, "--upload-pages", min=2, help="Pages of each uploaded PDF (--during-upload)."
     ),
+    upload_pdf: Path | None = typer.Option(
+        None,
+        "--upload-pdf",
+        exists=True,
+        dir_okay=False,
+        help="PDF whose pages are uploaded (--during-upload) [generated image-only pages].",
+    ),
     workers: int = typer.Option(1, "--workers", min=1, help="`vrag serve --workers`."),
 ) -> None:
     """Latency (p50/p99), throughput and errors of 1 and N concurrent clients against a real
@@ -79,7 +86,9 @@ def bench_serve(
             result["throughput_ratio"] = _ratio(result["rps"], one["rps"])
             result["p50_ratio"] = _ratio(result["p50_ms"], one["p50_ms"])
             if during_upload:
-                loaded = run_during_upload(base, searches, k, seed, upload_pages, root)
+                loaded = run_during_upload(
+                    base, searches, k, seed, upload_pages, root, source=upload_pdf
+                )
                 loaded["p50_ratio_to_idle"] = _ratio(loaded["p50_ms"], one["p50_ms"])
                 result["during_upload"] = loaded
         finally:
@@ -125,8 +134,23 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 2) if b else None
 
 
-def upload_pdf(path: Path, n_pages: int, seed: int) -> Path:
-    """A PDF of ``n_pages`` distinct pages (text over seeded noise: never a duplicate upload)."""
+def upload_copy(source: Path, path: Path, n_pages: int, number: int) -> Path:
+    """The first ``n_pages`` pages of ``source`` (repeated when it has fewer), marked with
+    ``number`` so that every upload is new content (a duplicate would be skipped at once)."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(source)
+    writer = PdfWriter()
+    for i in range(n_pages):
+        writer.add_page(reader.pages[i % len(reader.pages)])
+    writer.add_metadata({"/Subject": f"vrag bench serve upload {number}"})
+    with open(path, "wb") as out:
+        writer.write(out)
+    return path
+
+
+def generated_pdf(path: Path, n_pages: int, seed: int) -> Path:
+    """A PDF of ``n_pages`` image-only pages: text drawn over seeded noise."""
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
@@ -144,11 +168,20 @@ def upload_pdf(path: Path, n_pages: int, seed: int) -> Path:
 
 
 def run_during_upload(
-    base: str, searches: int, k: int, seed: int, upload_pages: int, workdir: Path
+    base: str,
+    searches: int,
+    k: int,
+    seed: int,
+    upload_pages: int,
+    workdir: Path,
+    source: Path | None = None,
 ) -> dict[str, Any]:
     """One client's ``searches`` while a second thread keeps uploading ``upload_pages``-page
-    PDFs (each indexed before the next is sent); timing starts once the first is indexing."""
+    PDFs (copies of ``source``, each indexed before the next is sent); timing starts once the
+    first is indexing."""
     import httpx
+
+    source = source or generated_pdf(workdir / "generated.pdf", upload_pages, seed)
 
     indexing = threading.Event()
     stop = threading.Event()
@@ -160,7 +193,7 @@ def run_during_upload(
         with httpx.Client(base_url=base, timeout=600, headers=headers) as http:
             n = 0
             while not stop.is_set():
-                pdf = upload_pdf(workdir / f"upload-{n}.pdf", upload_pages, seed + 10_000 + n)
+                pdf = upload_copy(source, workdir / f"upload-{n}.pdf", upload_pages, n)
                 with open(pdf, "rb") as file:
                     sent = http.post("/api/documents", files={"file": (pdf.name, file)})
                 if sent.status_code != 202:

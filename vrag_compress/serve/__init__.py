@@ -16,6 +16,11 @@ from vrag_compress.serve.server import ensure_index
 
 __all__ = ["ServeConfig", "create_app", "is_loopback", "run"]
 
+WORKER_HEALTHCHECK_S = 120
+"""How long uvicorn waits for a worker to answer its health check before replacing it: a worker
+loads torch and the model at start (tens of seconds on a busy machine), and a worker encoding
+pages may answer late; uvicorn's 5 s default kept killing them mid-start."""
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
@@ -69,4 +74,5 @@ def _run_workers(config: ServeConfig, host: str, port: int) -> None:
         port=port,
         log_level="info",
         server_header=False,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )
