@@ -203,3 +203,32 @@ def test_the_server_answers_searches_while_an_upload_is_encoded(tmp_path):
             time.sleep(0.05)
         hits = web.get("/api/search", params={"q": "budget court", "k": 3}).json()["hits"]
         assert len(hits) == 1  # the page that was held is found once it is committed
+
+
+def test_a_col_encoder_twin_shares_the_weights_and_encodes_beside_pages():
+    """Queries on the twin while pages (with attention capture) encode on the model itself, in
+    two threads at once: both give exactly what they give alone."""
+    from PIL import Image
+
+    from vrag_compress.encoders import load_encoder
+
+    encoder = load_encoder("tiny-colqwen2", device="cpu")
+    twin = encoder.twin()
+    assert twin.model is encoder.model and twin.processor is not encoder.processor
+    images = [Image.new("RGB", (112, 112), c) for c in ("white", "black", "red", "blue")]
+    queries = [f"{w} annual budget" for w in WORDS]
+    pages_alone = encoder.encode_pages(images, with_stats=True)
+    queries_alone = twin.encode_queries(queries)
+    with ThreadPoolExecutor(2) as pool:
+        pages = pool.submit(
+            lambda: [encoder.encode_pages(images, with_stats=True) for _ in range(3)]
+        )
+        beside = [twin.encode_queries(queries) for _ in range(3)]
+        paged = pages.result(120)
+    for run in beside:
+        for a, b in zip(run, queries_alone, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for run in paged:
+        for a, b in zip(run, pages_alone, strict=True):
+            np.testing.assert_allclose(a.vectors, b.vectors, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(a.centrality, b.centrality, rtol=1e-4, atol=1e-6)
