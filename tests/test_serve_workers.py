@@ -39,7 +39,7 @@ def test_two_workers_share_one_index_and_see_each_others_writes(shared_data, tmp
     port, log = free_port(), tmp_path / "server.log"
     base = f"http://127.0.0.1:{port}"
     options = ["--model", "tiny-colqwen2", "--workers", "2", "--api-key", KEY, "--ocr", "never"]
-    server = start_server(index_dir, port, log, *options, timeout=300)
+    server = start_server(index_dir, port, log, *options, timeout=900)
     try:
         empty = by_role(base, "/api/documents")
         assert empty[True] == empty[False] == {"documents": []}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def bench_serve(
         options = ["--workers", str(workers)]
         if during_upload:
             options += ["--api-key", UPLOAD_KEY, "--max-pages", str(upload_pages)]
-        server = start_server(root / "load.vrag", port, root / "server.log", *options)
+        server = start_server(root / "load.vrag", port, root / "server.log", *options, timeout=900)
         base = f"http://127.0.0.1:{port}"
         try:
             run_load(base, 1, min(searches, 5), k, seed + 999)  # warm-up, not timed
@@ -359,8 +360,10 @@ def start_server(
 
     command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir)]
     command += ["--port", str(port), *options]
-    with open(log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    with open(log, "ab") as out:  # its own process group: --workers children go with it
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -370,7 +373,8 @@ def start_server(
                 return process
         except httpx.HTTPError:
             time.sleep(0.3)
-    process.kill()
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
     raise RuntimeError(
         f"vrag serve did not start within {timeout:.0f} s: {log.read_text()[-2000:]}"
     )
