@@ -141,6 +141,8 @@ def test_info_documents_verify(index_dir):
             "max_upload_mb": 50.0,
             "max_pages": 300,
             "max_k": 100,
+            "workers": 1,
+            "indexes_uploads": True,
         }
         (doc,) = client.get("/api/documents").json()["documents"]
         assert doc["filename"] == "scotus-transcript-p1.pdf" and doc["complete"]

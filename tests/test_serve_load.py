@@ -1,4 +1,5 @@
-"""`vrag bench serve`: the bounded loopback load test runs end to end and reports its numbers."""
+"""`vrag bench serve`: the bounded loopback load test runs end to end and reports, in one run,
+one client, N clients and (``--during-upload``) one client while uploads are being indexed."""
 
 from __future__ import annotations
 
@@ -9,14 +10,43 @@ from typer.testing import CliRunner
 
 from vrag_compress.cli import app
 
+RUN_KEYS = {"p50_ms", "p99_ms", "rps", "requests", "errors"}
+
+
+def check_run(run: dict, requests: int) -> None:
+    assert RUN_KEYS <= set(run)
+    assert run["requests"] == requests and run["errors"] == 0
+    assert 0 < run["p50_ms"] <= run["p90_ms"] <= run["p99_ms"] <= run["max_ms"]
+    assert run["rps"] > 0
+
 
 @pytest.mark.slow
-def test_bench_serve_reports_percentiles_and_no_errors(tmp_path):
+def test_bench_serve_reports_one_and_n_clients(tmp_path):
     args = ["bench", "serve", "--pages", "40", "--clients", "2", "--searches", "4", "-k", "3"]
     result = CliRunner().invoke(app, [*args, "--dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout[result.stdout.index("{") :])
-    assert report["requests"] == 8 and report["errors"] == 0 and report["error_examples"] == []
-    assert 0 < report["p50_ms"] <= report["p90_ms"] <= report["p99_ms"] <= report["max_ms"]
-    assert report["pages"] == 40 and report["clients"] == 2
+    check_run(report, 8)
+    check_run(report["one_client"], 4)
+    assert report["clients"] == 2 and report["one_client"]["clients"] == 1
+    assert report["throughput_ratio"] == pytest.approx(
+        report["rps"] / report["one_client"]["rps"], abs=0.01
+    )
+    assert report["pages"] == 40 and "during_upload" not in report
     assert list(tmp_path.iterdir()) == []  # the synthetic index is removed afterwards
+
+
+@pytest.mark.slow
+def test_bench_serve_times_searches_during_an_upload(tmp_path):
+    args = ["bench", "serve", "--pages", "30", "--clients", "2", "--searches", "6", "-k", "3"]
+    args += ["--during-upload", "--upload-pages", "3", "--dir", str(tmp_path), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    busy = report["during_upload"]
+    check_run(busy, 6)
+    assert busy["pages_indexed"] >= 3  # at least one upload was indexed while timing
+    assert busy["searches_while_indexing"] >= 1
+    assert busy["p50_ratio_to_idle"] == pytest.approx(
+        busy["p50_ms"] / report["one_client"]["p50_ms"], abs=0.01
+    )

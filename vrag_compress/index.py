@@ -7,9 +7,11 @@ indexing pipeline behind `add` lives in `vrag_compress.indexing`, the stored set
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ from PIL import Image
 
 from vrag_compress.compress import compressor_for
 from vrag_compress.compress.base import Compressor
-from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText
+from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText, query_twin
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
     DEFAULT_MODEL,
@@ -34,6 +36,7 @@ from vrag_compress.index_config import (
 from vrag_compress.indexing import AddReport, Indexer
 from vrag_compress.ingest import Page
 from vrag_compress.ingest import page_id as default_page_id
+from vrag_compress.microbatch import MicroBatcher
 from vrag_compress.ocr import PageOcr
 from vrag_compress.page_assets import PageAssets
 from vrag_compress.store import (
@@ -41,6 +44,7 @@ from vrag_compress.store import (
     MultiVectorStore,
     OptimizableStore,
     PageRecord,
+    SearchResult,
     VerifyReport,
 )
 from vrag_compress.store.base import LayoutStore, SearchMode
@@ -152,6 +156,32 @@ def _model_config_name(encoder: Encoder) -> str:
     return getattr(encoder, "model_id", type(encoder).__name__)
 
 
+_Searched = tuple[np.ndarray, list[str] | None, list[SearchResult]]
+"""One search's query vectors, their token labels and the store's results."""
+
+
+@dataclass(frozen=True)
+class _SearchRequest:
+    """One `VisualIndex.search` call waiting in the micro-batch."""
+
+    query: str | np.ndarray
+    k: int
+    filter: dict[str, Any] | None
+    mode: SearchMode
+    alpha: float | None
+    text_k: int | None
+    fts_syntax: bool
+
+    def group_key(self, position: int) -> Any:
+        """Requests with equal keys share one `search_many` call (same k, filter and mode)."""
+        where: Any
+        try:
+            where = json.dumps(self.filter, sort_keys=True)
+        except (TypeError, ValueError, RecursionError):
+            where = ("alone", position)  # a filter the store will refuse: searched on its own
+        return (self.k, where, self.mode, self.alpha, self.text_k, self.fts_syntax)
+
+
 class VisualIndex:
     """A folder holding a compressed multi-vector index of document pages, plus their images."""
 
@@ -167,7 +197,11 @@ class VisualIndex:
         self.store = store
         self._encoder = adapt_encoder(encoder)
         self._query_encoder: Any = None
+        self._twin: Any = None
         self._device = device
+        self._load_lock = threading.RLock()  # the model loads once, whichever thread asks
+        self._query_lock = threading.Lock()  # one thread at a time in the query tokenizer
+        self._batcher: MicroBatcher[_SearchRequest, _Searched] = MicroBatcher(self._search_batch)
         self.config = IndexConfig.from_dict(store.config)
         self.model_id: str = self.config.model_id
         self.batch_size: int = self.config.batch_size
@@ -339,16 +373,17 @@ class VisualIndex:
     @property
     def encoder(self) -> Encoder:
         """The Col* encoder recorded in the index, loaded on first use."""
-        if self._encoder is None:
-            from vrag_compress.encoders import load_encoder
+        with self._load_lock:
+            if self._encoder is None:
+                from vrag_compress.encoders import load_encoder
 
-            self._encoder = load_encoder(
-                self.model_id,
-                device=self._device,
-                batch_size=self.batch_size,
-                **reopen_options(self.config.encoder_options, self._device),
-            )
-        return self._encoder
+                self._encoder = load_encoder(
+                    self.model_id,
+                    device=self._device,
+                    batch_size=self.batch_size,
+                    **reopen_options(self.config.encoder_options, self._device),
+                )
+            return self._encoder
 
     @property
     def query_encoder(self) -> QueryEncoder:
@@ -357,13 +392,17 @@ class VisualIndex:
         else the encoder, loaded."""
         wanted = os.environ.get(QUERY_BACKEND_ENV, "auto") != "torch"
         on_cpu = self._device in ("auto", "cpu")
-        if self._encoder is None and self._query_encoder is None and on_cpu and wanted:
-            from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
+        with self._load_lock:
+            if self._encoder is None and self._query_encoder is None and on_cpu and wanted:
+                from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
 
-            self._query_encoder = load_onnx_query_encoder(self.model_id)
-        if self._encoder is None and self._query_encoder is not None:
-            return self._query_encoder
-        return self.encoder
+                self._query_encoder = load_onnx_query_encoder(self.model_id)
+            if self._encoder is None and self._query_encoder is not None:
+                return self._query_encoder
+            encoder = self.encoder
+            if self._twin is None or self._twin[0] is not encoder:
+                self._twin = (encoder, query_twin(encoder))
+            return self._twin[1]
 
     @property
     def compressor(self) -> Compressor:
@@ -415,20 +454,9 @@ class VisualIndex:
                 None, k, filter=filter, mode="text", text=text, fts_syntax=fts_syntax
             )
             return [self._hit(r) for r in results]
-        queries = self.query_encoder
-        vectors = queries.encode_queries([query])[0] if isinstance(query, str) else query
-        results = self.store.search(
-            vectors,
-            k,
-            filter=filter,
-            mode=mode,
-            text=text if mode == "hybrid" else None,
-            alpha=alpha,
-            text_k=text_k,
-            fts_syntax=fts_syntax,
-        )
+        request = _SearchRequest(query, k, filter, mode, alpha, text_k, fts_syntax)
+        vectors, labels, results = self._batcher(request)
         hits = [self._hit(r) for r in results]
-        labels = query_token_labels(queries, query, len(vectors)) if hits else None
         records = {r.page_id: r for r in self.store.get([h.page_id for h in hits], missing="skip")}
         for hit in hits:
             if hit.page_id in records:
@@ -436,14 +464,103 @@ class VisualIndex:
                 hit.regions = hit._explanation.regions
         return hits
 
+    def _search_batch(self, requests: list[_SearchRequest]) -> list[_Searched | BaseException]:
+        """Concurrent searches as one batch: the text queries in one encoder forward, then one
+        `search_many` per group of requests with the same options (see `microbatch`)."""
+        encoded = self._encode_many([r.query for r in requests])
+        answers: list[_Searched | BaseException] = []
+        groups: dict[Any, list[int]] = {}
+        for i, found in enumerate(encoded):
+            answers.append(found if isinstance(found, BaseException) else (*found, []))
+            if not isinstance(found, BaseException):
+                groups.setdefault(requests[i].group_key(i), []).append(i)
+        for members in groups.values():
+            vectors = [answers[i][0] for i in members]  # type: ignore[index]
+            searched = self._search_group(requests, members, vectors)
+            for i, results in zip(members, searched, strict=True):
+                answer = answers[i]
+                if isinstance(results, BaseException) or isinstance(answer, BaseException):
+                    answers[i] = results if isinstance(results, BaseException) else answer
+                else:
+                    answers[i] = (answer[0], answer[1], results)
+        return answers
+
+    def _search_group(
+        self, requests: list[_SearchRequest], members: list[int], vectors: list[np.ndarray]
+    ) -> list[list[SearchResult] | BaseException]:
+        """One `search_many` for requests that share their options; when it fails, each
+        request alone, so an error reaches only the caller whose query caused it."""
+        first = requests[members[0]]
+        texts = [str(requests[i].query) for i in members] if first.mode == "hybrid" else None
+        try:
+            return list(
+                self.store.search_many(
+                    vectors,
+                    first.k,
+                    filter=first.filter,
+                    mode=first.mode,
+                    texts=texts,
+                    alpha=first.alpha,
+                    text_k=first.text_k,
+                    fts_syntax=first.fts_syntax,
+                )
+            )
+        except Exception as error:
+            if len(members) == 1:
+                return [error]
+        return [
+            self._search_group(requests, [i], [v])[0] for i, v in zip(members, vectors, strict=True)
+        ]
+
+    def _encode_many(
+        self, queries: list[str | np.ndarray]
+    ) -> list[tuple[np.ndarray, list[str] | None] | BaseException]:
+        """(vectors, token labels) per query: the text ones in one forward (one at a time when
+        that fails, so an error reaches only the caller whose query caused it)."""
+        texts = [q for q in queries if isinstance(q, str)]
+        with self._query_lock:
+            try:
+                encoder = self.query_encoder
+            except Exception as error:
+                return [error if isinstance(q, str) else (q, None) for q in queries]
+            vectors: Iterator[np.ndarray | BaseException]
+            try:
+                vectors = iter(encoder.encode_queries(texts)) if texts else iter(())
+            except Exception:
+                if len(texts) == 1:
+                    raise
+                vectors = iter(self._encode_one_by_one(encoder, texts))
+            out: list[tuple[np.ndarray, list[str] | None] | BaseException] = []
+            for query in queries:
+                if not isinstance(query, str):
+                    out.append((query, None))
+                    continue
+                found = next(vectors)
+                if isinstance(found, BaseException):
+                    out.append(found)
+                else:
+                    out.append((found, query_token_labels(encoder, query, len(found))))
+            return out
+
+    @staticmethod
+    def _encode_one_by_one(encoder: Any, texts: list[str]) -> list[np.ndarray | BaseException]:
+        out: list[np.ndarray | BaseException] = []
+        for text in texts:
+            try:
+                out.append(encoder.encode_queries([text])[0])
+            except Exception as error:
+                out.append(error)
+        return out
+
     def explain(self, query: str | np.ndarray, doc_id: str, page_no: int) -> Explanation:
         """How `query` scores against one stored page, token by token, placed on the page."""
-        queries = self.query_encoder
-        vectors = queries.encode_queries([query])[0] if isinstance(query, str) else query
+        found = self._encode_many([query])[0]
+        if isinstance(found, BaseException):
+            raise found
+        vectors, labels = found
         records = self.store.get([default_page_id(doc_id, page_no)], missing="skip")
         if not records:
             raise KeyError(f"no page {page_no} of document {doc_id!r} in {self.path}")
-        labels = query_token_labels(queries, query, len(vectors))
         return self._explain_record(vectors, records[0], labels)
 
     def _explain_record(

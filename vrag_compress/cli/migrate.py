@@ -41,10 +41,12 @@ def resolve_target(target: str) -> str:
 def source_name(src: str) -> str:
     """How a migration's destination names its source: the URL, or the absolute folder, so
     the same command run again from anywhere resumes it."""
-    from vrag_compress.store.open import absolute_store_url, is_store_url
+    from vrag_compress.store.open import backend, is_store_url
 
     target = resolve_target(src)
-    return absolute_store_url(target) if is_store_url(target) else str(Path(target).resolve())
+    return (
+        backend(target).pointer_url(target) if is_store_url(target) else str(Path(target).resolve())
+    )
 
 
 @app.command("migrate")

@@ -44,6 +44,13 @@ def serve(
     max_pages: int = typer.Option(300, help="Most pages accepted in one uploaded file."),
     ocr: str = typer.Option("auto", help="OCR for uploaded scans: auto, always, never."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        min=1,
+        help="Server processes over the index: one indexes uploads, all answer reads "
+        "(each loads the model).",
+    ),
 ) -> None:
     """Serve a REST API (OpenAPI docs at /docs) and a web page to search, explain and upload."""
     try:
@@ -63,6 +70,7 @@ def serve(
         ocr=ocr,
         device=device,
         model=model,
+        workers=workers,
     )
     try:
         run(config, host=host, port=port)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from PIL import Image
@@ -112,6 +112,15 @@ class QueryEncoder(Protocol):
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
         """One L2-normalised float32 [M, D] array per query."""
         ...
+
+
+def query_twin(encoder: Any) -> Any:
+    """An encoder for queries that shares ``encoder``'s weights but not its tokenizer, so
+    queries encode while pages encode on another thread (capture state is per thread already);
+    the encoder itself when it cannot make one (``twin()``), then both share it as before."""
+    make = getattr(encoder, "twin", None)
+    twin = make() if callable(make) else None
+    return encoder if twin is None else twin
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@ Only visual-token vectors are returned for pages, only non-padding rows for quer
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -291,6 +292,13 @@ class ColEncoder:
             is_tiny=is_tiny,
             speedup=speedup,
         )
+
+    def twin(self) -> ColEncoder:
+        """The same model (weights shared, no copy) with its own processor: a second thread
+        can encode while this one does (fast tokenizers refuse concurrent calls)."""
+        twin = copy.copy(self)
+        twin.processor = copy.deepcopy(self.processor)
+        return twin
 
     def info(self) -> dict[str, Any]:
         """JSON-serialisable description (recorded by indexes and benchmarks)."""

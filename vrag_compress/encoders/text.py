@@ -19,6 +19,7 @@ layer; batches are formed by length under a token budget (``max_batch_cells``) t
 from __future__ import annotations
 
 import contextvars
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +204,13 @@ class TextTokenEncoder:
         self.projection = weight
         hidden = int(self.model.config.hidden_size)
         self.dim = int(weight.shape[0]) if weight is not None else hidden
+
+    def twin(self) -> TextTokenEncoder:
+        """The same model (weights shared) with its own tokenizer, for a second thread (fast
+        tokenizers refuse concurrent calls; the capture state is per thread already)."""
+        twin = copy.copy(self)
+        twin.tokenizer = copy.deepcopy(self.tokenizer)
+        return twin
 
     # ----------------------------------------------------------------------------------- public
     def encode_documents(

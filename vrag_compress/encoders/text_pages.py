@@ -12,6 +12,7 @@ stored, so hits can be shown and sent to multimodal models.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,16 @@ class PageTextEncoder:
         encoder.model_id = model_id
         encoder._describe()
         return encoder
+
+    def twin(self) -> PageTextEncoder | None:
+        """The same model with its own tokenizer, for a second thread (see `query_twin`);
+        None over a token encoder that cannot make one."""
+        make = getattr(self.text, "twin", None)
+        if not callable(make):
+            return None
+        twin = copy.copy(self)
+        twin.text = make()
+        return twin
 
     def _describe(self) -> None:
         self.dim = int(self.text.dim)

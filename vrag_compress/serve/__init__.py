@@ -5,12 +5,21 @@ FastAPI is imported only here and below, and only when the server starts.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import json
+import os
 import socket
 
-from vrag_compress.serve.app import ServeConfig, create_app
+from vrag_compress.serve.app import CONFIG_ENV, ServeConfig, create_app
+from vrag_compress.serve.server import ensure_index
 
 __all__ = ["ServeConfig", "create_app", "is_loopback", "run"]
+
+WORKER_HEALTHCHECK_S = 120
+"""How long uvicorn waits for a worker to answer its health check before replacing it: a worker
+loads torch and the model at start (tens of seconds on a busy machine), and a worker encoding
+pages may answer late; uvicorn's 5 s default kept killing them mid-start."""
 
 
 def is_loopback(host: str) -> bool:
@@ -41,5 +50,29 @@ def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
             )
         config.reads_need_key = True
     config.host = host
+    if config.workers > 1:
+        _run_workers(config, host, port)
+        return
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+
+
+def _run_workers(config: ServeConfig, host: str, port: int) -> None:
+    """``config.workers`` uvicorn worker processes on one socket, each serving the same index
+    (see `vrag_compress.serve.server`); the folder is created first, once."""
+    import uvicorn
+
+    ensure_index(config)
+    values = dataclasses.asdict(config)
+    values["index_dir"] = str(config.index_dir)
+    os.environ[CONFIG_ENV] = json.dumps(values)
+    uvicorn.run(
+        "vrag_compress.serve.app:app_from_environment",
+        factory=True,
+        workers=config.workers,
+        host=host,
+        port=port,
+        log_level="info",
+        server_header=False,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+    )

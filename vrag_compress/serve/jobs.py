@@ -13,10 +13,19 @@ finished ones; a folder without a record (a refused or half-saved upload) is nev
 Progress is read from the store itself (the pages of the document committed so far), so it is
 exactly what a search can already find. One writer at a time: jobs and deletes share one lock and
 open the index for writing only while they work, so `vrag index` can write when the server idles.
+The writer thread runs at a lower CPU priority (nice + `WRITER_NICE`), so searches on the same
+machine are served first while an upload is encoded.
+
+With several worker processes (``shared``, `vrag serve --workers N`) the record is the queue:
+any worker accepts an upload and writes its record; the one worker holding the writer role
+(a lock on ``uploads/.writer`` for its lifetime) picks queued records up and indexes them;
+deletes run in whichever worker received them, under a lock shared by the processes
+(``uploads/.write.lock``); a job's status is read from its record and the store.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +33,7 @@ import queue
 import re
 import shutil
 import threading
+import time
 import unicodedata
 import uuid
 from collections.abc import Callable
@@ -44,6 +54,13 @@ MAX_NAME_BYTES = 200
 """Below the 255-byte file name limit of common file systems, in UTF-8."""
 _UNSAFE = re.compile(r'[<>:"|?*]+')
 """Characters Windows refuses in file names (path separators and controls go first)."""
+JOB_ID = re.compile(r"[0-9a-f]{12}")
+WRITER_ROLE = ".writer"
+WRITE_LOCK = ".write.lock"
+POLL_S = 0.3
+"""How often the writer of several workers looks for uploads the others accepted."""
+WRITER_NICE = 10
+"""How much lower the writer thread's CPU priority is than the readers' (Linux: per thread)."""
 
 
 class UploadError(ValueError):
@@ -90,6 +107,10 @@ class Job:
     failures: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
     resumed: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -144,8 +165,73 @@ class Job:
         )
 
 
+class FileLock:
+    """A lock shared by threads and processes (``flock`` on a file), with a timeout."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._threads = threading.Lock()
+        self._file: Any = None
+
+    def acquire(self, timeout: float = -1) -> bool:
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        if not self._threads.acquire(timeout=timeout):
+            return False
+        handle = open(self.path, "a+b")  # noqa: SIM115 (held until release)
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    handle.close()
+                    self._threads.release()
+                    return False
+                time.sleep(0.05)
+                continue
+            self._file = handle
+            return True
+
+    def release(self) -> None:
+        handle, self._file = self._file, None
+        handle.close()  # closing drops the flock
+        self._threads.release()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def take_writer_role(uploads: Path) -> Any:
+    """The open, locked ``uploads/.writer`` file when this process is the writer of several
+    workers (held for its lifetime), else None."""
+    handle = open(uploads / WRITER_ROLE, "a+b")  # noqa: SIM115 (held while the process lives)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def lower_thread_priority(step: int = WRITER_NICE) -> None:
+    """Raise the calling thread's nice value (Linux sets it per thread; threads it starts,
+    such as torch's intra-op pool, inherit it). Elsewhere nothing changes."""
+    try:
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + step))
+    except (AttributeError, OSError) as error:
+        log.info("writer thread keeps its priority (%s)", error)
+
+
 class JobQueue:
-    """FIFO of uploads and the single writer thread that indexes them."""
+    """FIFO of uploads and the single writer thread that indexes them.
+
+    ``shared``: several worker processes serve the same index (see the module docstring);
+    only the one that takes the writer role runs the writer thread."""
 
     def __init__(
         self,
@@ -154,17 +240,27 @@ class JobQueue:
         open_writer: Callable[[], VisualIndex],
         *,
         ocr: str = "auto",
+        shared: bool = False,
     ) -> None:
         self.root = Path(root)
         self.uploads = self.root / UPLOADS
         self.reader = reader
         self.open_writer = open_writer
         self.ocr = ocr
-        self.write_lock = threading.Lock()
+        self.shared = shared
+        self.write_lock: Any = threading.Lock()
+        self._role: Any = None
+        if shared:
+            self.uploads.mkdir(parents=True, exist_ok=True)
+            self.write_lock = FileLock(self.uploads / WRITE_LOCK)
+            self._role = take_writer_role(self.uploads)
+        self.is_writer = not shared or self._role is not None
         self.jobs: dict[str, Job] = {}
+        self._jobs_lock = threading.Lock()
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="vrag-writer", daemon=True)
-        self._thread.start()
+        if self.is_writer:
+            self._thread.start()
 
     # ------------------------------------------------------------------ submitting
     def submit(
@@ -196,19 +292,23 @@ class JobQueue:
                     413,
                 )
             job = Job(job_id, path, name, doc_id, n_pages, metadata=metadata, ocr=self.ocr)
-            job.save()
+            with self._jobs_lock:  # the writer's pick-up must not queue it a second time
+                job.save()
+                self.jobs[job_id] = job
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        self.jobs[job_id] = job
-        self._queue.put(job)
+        if self.is_writer:
+            self._queue.put(job)
         return job
 
     def resume_unfinished(self) -> list[Job]:
         """Load the recorded jobs: finished ones answer their status again, and the uploads
         whose document is missing or incomplete (a killed server) are queued again, with the
         metadata and options they were accepted with."""
-        resumed = []
+        resumed: list[Job] = []
+        if not self.is_writer:
+            return resumed
         for folder in sorted(p for p in self.uploads.glob("*") if p.is_dir()):
             job = self._recorded(folder)
             if job is None:
@@ -225,6 +325,21 @@ class JobQueue:
             self._queue.put(job)
             resumed.append(job)
         return resumed
+
+    def _pick_up_submitted(self) -> None:
+        """Queue the uploads other workers accepted since the last look (their records)."""
+        for folder in sorted(p for p in self.uploads.glob("*") if p.is_dir()):
+            if folder.name in self.jobs or not (folder / RECORD).is_file():
+                continue  # known, or still being saved (its record comes last)
+            with self._jobs_lock:
+                if folder.name in self.jobs:
+                    continue
+                job = self._recorded(folder)
+                if job is None:
+                    continue
+                self.jobs[job.id] = job
+            if job.state == "queued":
+                self._queue.put(job)
 
     def _recorded(self, folder: Path) -> Job | None:
         """The job recorded in an upload folder; None (logged) for a folder without a readable
@@ -245,8 +360,23 @@ class JobQueue:
     # ------------------------------------------------------------------ reading
     def status(self, job_id: str) -> Job | None:
         job = self.jobs.get(job_id)
+        if self.shared and (job is None or (not self.is_writer and not job.finished)):
+            job = self._from_record(job_id)  # accepted or indexed by another worker
         if job is not None and job.state == "running":
             job.pages_done = len(self.reader.store.page_ids(job.doc_id))
+        return job
+
+    def _from_record(self, job_id: str) -> Job | None:
+        """A job as its record says now (workers that do not index read it from disk)."""
+        if not JOB_ID.fullmatch(job_id):
+            return None  # never a path: job ids are 12 hex digits
+        folder = self.uploads / job_id
+        try:
+            job = Job.load(folder)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if job.finished and not self.is_writer:
+            self.jobs[job_id] = job  # a finished job's record no longer changes
         return job
 
     # ------------------------------------------------------------------ writing
@@ -272,16 +402,30 @@ class JobQueue:
             shutil.rmtree(folder, ignore_errors=True)
 
     def close(self, timeout: float = 5.0) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+        if self._role is not None:
+            self._role.close()
+            self._role = None
 
     def _work(self) -> None:
-        while (job := self._queue.get()) is not None:
+        lower_thread_priority()
+        while True:
+            try:
+                job = self._queue.get(timeout=POLL_S if self.shared else None)
+            except queue.Empty:
+                self._pick_up_submitted()
+                continue
+            if job is None:
+                return
             with self.write_lock:
                 self._run(job)
 
     def _run(self, job: Job) -> None:
         job.state = "running"
+        if self.shared:
+            self._record_end(job)  # other workers read the state from the record
         try:
             with self.open_writer() as writer:
                 report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=job.ocr)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,26 @@ def test_from_path_opens_read_only(page_index: VisualIndex, fake_encoder) -> Non
         assert retriever.index.store.readonly
     finally:
         retriever.index.close()
+
+
+async def test_concurrent_ainvoke_calls_share_batches_not_a_lock(
+    page_index: VisualIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent `ainvoke` calls search together (micro-batched through the query encoder),
+    each getting its own answer; none waits for the others one by one."""
+    queries = sorted(PLANTED) * 3
+    retriever = CompressedColPaliRetriever(index=page_index, k=2)
+    alone = [[d.id for d in retriever.invoke(q)] for q in queries]
+    encoder = page_index.query_encoder
+    plain = encoder.encode_queries
+    sizes: list[int] = []
+
+    def slow(batch: list[str]) -> list:
+        sizes.append(len(batch))
+        time.sleep(0.05)  # a real model's forward takes a while: concurrent queries pile up
+        return plain(batch)
+
+    monkeypatch.setattr(encoder, "encode_queries", slow)
+    results = await asyncio.gather(*(retriever.ainvoke(q) for q in queries))
+    assert [[d.id for d in r] for r in results] == alone
+    assert sum(sizes) == len(queries) and max(sizes) > 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,27 @@ def test_the_declared_minimum_llama_index_sends_images():
     assert Version(minimum) >= Version("0.14.23")  # 0.14.22 drops the images silently
     assert Version(importlib.metadata.version("llama-index-core")) >= Version(minimum)
     assert "multimodal" in inspect.signature(RetrieverQueryEngine.from_args).parameters
+
+
+def test_concurrent_aretrieve_calls_share_batches_not_a_lock(visual_index, monkeypatch):
+    """Concurrent `aretrieve` calls search together (micro-batched through the query encoder),
+    each getting its own answer; none waits for the others one by one."""
+    queries = ["drought record", "court ruling", "storm damage", "budget deficit"] * 2
+    retriever = CompressedColPaliRetriever(visual_index, similarity_top_k=3)
+    alone = [ids(retriever.retrieve(q)) for q in queries]
+    encoder = visual_index.query_encoder
+    plain = encoder.encode_queries
+    sizes: list[int] = []
+
+    def slow(batch):  # a real model's forward takes a while: concurrent queries pile up
+        sizes.append(len(batch))
+        time.sleep(0.05)
+        return plain(batch)
+
+    monkeypatch.setattr(encoder, "encode_queries", slow)
+
+    async def together():
+        return await asyncio.gather(*(retriever.aretrieve(q) for q in queries))
+
+    assert [ids(r) for r in asyncio.run(together())] == alone
+    assert sum(sizes) == len(queries) and max(sizes) > 1

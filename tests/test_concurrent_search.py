@@ -1,0 +1,234 @@
+"""Many readers at once: `VisualIndex.search` from threads is micro-batched (one encoder call
+for the waiting queries, one store call per group of equal options), every caller gets its own
+answer or its own error, and queries never wait for page encoding."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vrag_compress import VisualIndex
+from vrag_compress.ingest import Page
+from vrag_compress.microbatch import MicroBatcher
+from vrag_compress.store import StoreError
+from vrag_compress.testing import WordEncoder
+
+WORDS = "budget revenue court firearm layoffs aviation weather storm engine notice".split()
+
+
+class SlowQueries(WordEncoder):
+    """Queries take a while (as a model forward does), so concurrent ones pile up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_batches: list[int] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.pages_started = threading.Event()
+
+    def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
+        self.query_batches.append(len(queries))
+        time.sleep(0.03)
+        return super().encode_queries(queries)
+
+    def encode_pages(self, images, *, with_stats=False):  # noqa: ANN001, ANN201
+        self.pages_started.set()
+        assert self.release.wait(60), "the test never released page encoding"
+        return super().encode_pages(images, with_stats=with_stats)
+
+
+@pytest.fixture()
+def index(tmp_path):
+    encoder = SlowQueries()
+    path = tmp_path / "threads.vrag"
+    with VisualIndex.create(path, encoder=encoder, compressor="identity") as built:
+        rng = np.random.default_rng(0)
+        texts = [" ".join(rng.choice(WORDS, size=4)) for _ in range(30)]
+        built.upsert_pages(
+            [page(encoder, f"doc{n}", text) for n, text in enumerate(texts)],
+            metadata=[{"team": "ab"[n % 2]} for n in range(30)],
+        )
+    opened = VisualIndex.open(path, encoder=encoder)
+    yield opened
+    opened.close()
+
+
+def page(encoder: WordEncoder, doc_id: str, text: str) -> Page:
+    return Page(doc_id, 1, encoder.page_image(text), text, Path(f"{doc_id}.pdf"))
+
+
+def answer(index: VisualIndex, request: tuple) -> list[tuple[str, float]]:
+    query, k, where = request
+    return [(h.page_id, round(h.score, 5)) for h in index.search(query, k=k, filter=where)]
+
+
+def test_threads_get_their_own_answers_from_shared_batches(index):
+    requests = [
+        (" ".join(WORDS[i % 10 : i % 10 + 2]) or "budget", 3 + i % 3, {"team": "ab"[i % 2]})
+        for i in range(24)
+    ]
+    alone = [answer(index, r) for r in requests]
+    encoder = index.query_encoder
+    encoder.query_batches.clear()
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda r: answer(index, r), requests))
+    assert together == alone
+    assert sum(encoder.query_batches) == len(requests)
+    assert max(encoder.query_batches) > 1  # waiting queries went through one encoder call
+    assert index._batcher.batches < index._batcher.requests
+
+
+def test_an_error_reaches_only_the_caller_that_caused_it(index):
+    wrong_dim = np.ones((3, 5), dtype=np.float32)
+    requests = ["budget court", wrong_dim, "storm engine", "notice weather"] * 3
+
+    def run(query):  # noqa: ANN001, ANN202
+        try:
+            return [h.page_id for h in index.search(query, k=2)]
+        except StoreError as error:
+            return error
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(run, requests))
+    for query, result in zip(requests, results, strict=True):
+        if isinstance(query, str):
+            assert isinstance(result, list) and len(result) == 2
+        else:
+            assert isinstance(result, StoreError) and "got [3, 5]" in str(result)
+
+
+def test_a_lone_caller_never_waits_for_a_batch():
+    sizes: list[int] = []
+
+    def run(batch: list[int]) -> list[int]:
+        sizes.append(len(batch))
+        return [x * 2 for x in batch]
+
+    batcher = MicroBatcher(run, window_s=5.0)  # a window that would show if it were waited
+    began = time.monotonic()
+    assert [batcher(i) for i in range(20)] == [i * 2 for i in range(20)]
+    assert sizes == [1] * 20 and time.monotonic() - began < 5.0
+
+
+def test_batches_are_capped_and_errors_are_per_request():
+    sizes: list[int] = []
+    gate = threading.Event()
+
+    def run(batch: list[int]) -> list[int | BaseException]:
+        sizes.append(len(batch))
+        gate.wait(10)
+        return [ValueError(f"odd {x}") if x % 2 else x for x in batch]
+
+    batcher = MicroBatcher(run, max_batch=4, window_s=0.0)
+
+    def call(x: int) -> int | str:
+        try:
+            return batcher(x)
+        except ValueError as error:
+            return str(error)
+
+    with ThreadPoolExecutor(10) as pool:
+        futures = [pool.submit(call, x) for x in range(10)]
+        time.sleep(0.2)
+        gate.set()
+        results = [f.result(30) for f in futures]
+    assert results == [x if x % 2 == 0 else f"odd {x}" for x in range(10)]
+    assert max(sizes) <= 4 and sum(sizes) == 10
+
+
+def test_searches_answer_while_pages_are_being_encoded(index, tmp_path):
+    encoder = index.query_encoder
+    before = [h.page_id for h in index.search("budget court", k=3)]
+    encoder.release.clear()
+    encoder.pages_started.clear()
+    adding = threading.Thread(
+        target=lambda: index.upsert_pages([page(encoder, "late", "late page")])
+    )
+    adding.start()
+    try:
+        assert encoder.pages_started.wait(30)
+        began = time.monotonic()
+        during = [h.page_id for h in index.search("budget court", k=3)]
+        waited = time.monotonic() - began
+        assert adding.is_alive()  # the page is still being encoded: the search did not wait
+    finally:
+        encoder.release.set()
+        adding.join(60)
+    assert during == before and waited < 30
+    assert index.get(["late:1"])  # the page that was held went in afterwards
+
+
+class GatedTwin(SlowQueries):
+    """Makes twins (as the Col* and MiniLM encoders do): the server's readers get one."""
+
+    def twin(self) -> GatedTwin:
+        return copy.copy(self)
+
+
+def test_the_server_answers_searches_while_an_upload_is_encoded(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from vrag_compress.serve import ServeConfig, create_app
+
+    encoder = GatedTwin()
+    config = ServeConfig(index_dir=tmp_path / "served.vrag", api_key="k")
+    with TestClient(create_app(config, encoder=encoder), base_url="http://127.0.0.1:8000") as web:
+        image = tmp_path / "scan.png"
+        encoder.page_image("budget court storm").save(image)
+        encoder.release.clear()
+        with open(image, "rb") as file:
+            posted = web.post(
+                "/api/documents",
+                files={"file": ("scan.png", file, "image/png")},
+                headers={"Authorization": "Bearer k"},
+            )
+        assert posted.status_code == 202, posted.text
+        job = posted.json()["job"]
+        try:
+            assert encoder.pages_started.wait(30)
+            found = web.get("/api/search", params={"q": "budget court", "k": 3})
+            assert found.status_code == 200 and found.json()["hits"] == []  # nothing committed
+            assert web.get(f"/api/jobs/{job}").json()["state"] == "running"  # still encoding
+        finally:
+            encoder.release.set()
+        deadline = time.monotonic() + 60
+        while web.get(f"/api/jobs/{job}").json()["state"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        hits = web.get("/api/search", params={"q": "budget court", "k": 3}).json()["hits"]
+        assert len(hits) == 1  # the page that was held is found once it is committed
+
+
+def test_a_col_encoder_twin_shares_the_weights_and_encodes_beside_pages():
+    """Queries on the twin while pages (with attention capture) encode on the model itself, in
+    two threads at once: both give exactly what they give alone."""
+    from PIL import Image
+
+    from vrag_compress.encoders import load_encoder
+
+    encoder = load_encoder("tiny-colqwen2", device="cpu")
+    twin = encoder.twin()
+    assert twin.model is encoder.model and twin.processor is not encoder.processor
+    images = [Image.new("RGB", (112, 112), c) for c in ("white", "black", "red", "blue")]
+    queries = [f"{w} annual budget" for w in WORDS]
+    pages_alone = encoder.encode_pages(images, with_stats=True)
+    queries_alone = twin.encode_queries(queries)
+    with ThreadPoolExecutor(2) as pool:
+        pages = pool.submit(
+            lambda: [encoder.encode_pages(images, with_stats=True) for _ in range(3)]
+        )
+        beside = [twin.encode_queries(queries) for _ in range(3)]
+        paged = pages.result(120)
+    for run in beside:
+        for a, b in zip(run, queries_alone, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for run in paged:
+        for a, b in zip(run, pages_alone, strict=True):
+            np.testing.assert_allclose(a.vectors, b.vectors, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(a.centrality, b.centrality, rtol=1e-4, atol=1e-6)

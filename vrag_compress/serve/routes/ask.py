@@ -1,0 +1,89 @@
+"""``POST /api/ask``: an answer from the retrieved page images, streamed as NDJSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from vrag_compress.answering import AnswerPage, ChatModel, answer_messages, page_reference
+from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.serve.deps import READS, ApiError, check_query, server_of
+from vrag_compress.serve.guards import public_hit
+from vrag_compress.serve.server import Server
+from vrag_compress.store import StoreError
+from vrag_compress.store.filters import parse_user_filter
+
+router = APIRouter(dependencies=READS, tags=["search"])
+
+
+class AskRequest(BaseModel):
+    """The body of ``POST /api/ask``."""
+
+    question: str = Field(min_length=1, description="The question to answer from the pages.")
+    k: int = Field(3, ge=1, description="Pages to retrieve and send to the chat model.")
+    filter: dict[str, Any] | None = Field(None, description="Metadata filter (JSON object).")
+
+
+@router.post("/api/ask")
+def ask(body: AskRequest, server: Server = Depends(server_of)) -> StreamingResponse:
+    """Answer a question from the retrieved page images with the chat model given by
+    ``--llm``. Streams NDJSON: ``{"type": "citations"}`` (pages and regions), then
+    ``{"type": "token", "text"}`` pieces, then ``{"type": "done", "answer"}``."""
+    if server.chat_model is None:
+        raise ApiError(400, no_llm_message())
+    question, k, where = body.question, body.k, body.filter
+    check_query("question", question, k, server.config.max_k)
+    try:
+        hits = server.reader.search(question, k=k, filter=parse_user_filter(where))
+    except (ValueError, EncoderLoadError, StoreError) as error:
+        raise ApiError(400, str(error)) from error
+    if not hits:
+        raise ApiError(404, f"{server.config.index_dir}: the index has no pages to answer from")
+    return StreamingResponse(
+        _answer_stream(server.chat_model, question, hits, server.root),
+        media_type="application/x-ndjson",
+    )
+
+
+def no_llm_message() -> str:
+    return "no LLM configured: start the server with --llm PROVIDER:MODEL (or VRAG_LLM)"
+
+
+def _answer_stream(
+    chat_model: ChatModel, question: str, hits: list[Any], root: Path
+) -> Iterator[bytes]:
+    pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
+    cited = [
+        public_hit(
+            {
+                **page_reference(n, page),
+                "page_no": hit.page_no,
+                "filename": hit.metadata.get("filename"),
+            },
+            root,
+        )
+        for n, (page, hit) in enumerate(zip(pages, hits, strict=True), start=1)
+    ]
+    yield _line({"type": "citations", "citations": cited})
+    parts: list[str] = []
+    try:
+        for text in chat_model.stream(answer_messages(question, pages)):
+            if text:
+                parts.append(text)
+                yield _line({"type": "token", "text": text})
+    except Exception as error:  # provider errors: missing key, network, refused images
+        yield _line(
+            {"type": "error", "error": f"the chat model failed: {type(error).__name__}: {error}"}
+        )
+        return
+    yield _line({"type": "done", "answer": "".join(parts)})
+
+
+def _line(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, default=str) + "\n").encode()

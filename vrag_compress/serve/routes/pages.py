@@ -1,0 +1,115 @@
+"""``GET /api/pages/{page_id}/image`` and ``/explain``: one stored page, and why it matches."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import FileResponse, Response
+
+from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.index import VisualIndexError
+from vrag_compress.serve.deps import READS, ApiError, server_of
+from vrag_compress.serve.server import Server
+from vrag_compress.store import StoreError
+from vrag_compress.store.user_input import show
+from vrag_compress.store.validate import check_id
+
+router = APIRouter(dependencies=READS, tags=["pages"])
+
+
+def page_hit(server: Server, page_id: str) -> Any:
+    """The stored page ``page_id``: 400 for an id the store refuses, 404 for an unknown one."""
+    try:
+        hits = server.reader.get([check_id(page_id, "page id")])
+    except StoreError as error:  # NUL, an over-long id
+        raise ApiError(400, str(error)) from error
+    if not hits:
+        raise ApiError(404, f"no page {show(page_id)} in {server.config.index_dir}")
+    return hits[0]
+
+
+@router.get("/api/pages/{page_id:path}/image")
+def page_image(
+    page_id: str,
+    max_side: int | None = Query(None, ge=16, le=4096),
+    server: Server = Depends(server_of),
+) -> Response:
+    """The page image (stored WebP, or a fresh render); ``max_side`` for a thumbnail."""
+    hit = page_hit(server, page_id)
+    path = hit.image_path
+    root = Path(server.config.index_dir).resolve()
+    if path is not None and max_side is None:
+        if not path.resolve().is_relative_to(root):
+            raise ApiError(404, f"page {show(page_id)} has no image inside the index")
+        if path.is_file():
+            return FileResponse(path, media_type=_mime(path))
+    try:
+        image = hit.image
+    except (FileNotFoundError, VisualIndexError) as error:
+        raise ApiError(404, str(error)) from error
+    if max_side:
+        image.thumbnail((max_side, max_side))
+    buffer = io.BytesIO()
+    image.save(buffer, "WEBP", quality=80)
+    return Response(buffer.getvalue(), media_type="image/webp")
+
+
+@router.get("/api/pages/{page_id:path}/explain")
+def page_explain(
+    page_id: str,
+    q: str = Query(..., min_length=1),
+    format: str = Query("json", pattern="^(json|png)$"),
+    overlay: bool = Query(False, description="png: draw the kept/merged patches too."),
+    server: Server = Depends(server_of),
+) -> Any:
+    """Why the page matches ``q``: per query token the matched stored vector, its share of
+    the score and the page patches behind it, the heatmap grid and the regions (JSON), or
+    the heatmap drawn over the page (``format=png``)."""
+    hit = page_hit(server, page_id)
+    try:
+        explanation = server.reader.explain(q, hit.doc_id, hit.page_no)
+    except KeyError as error:
+        raise ApiError(404, str(error).strip("'\"")) from error
+    except (ValueError, EncoderLoadError) as error:
+        raise ApiError(400, str(error)) from error
+    layout = server.reader.page_layout(hit.doc_id, hit.page_no)
+    if format == "png":
+        if explanation.heat is None:
+            raise ApiError(404, f"page {show(page_id)} has no patch layout to draw a heatmap on")
+        from vrag_compress.visualize import draw_heatmap
+
+        drawn = draw_heatmap(
+            hit.image,
+            explanation.heat,
+            layout=layout if overlay else None,
+            regions=explanation.regions,
+        )
+        buffer = io.BytesIO()
+        drawn.save(buffer, "PNG")
+        return Response(buffer.getvalue(), media_type="image/png")
+    body = explanation.to_dict()
+    body["overlay"] = _overlay(layout)
+    return body
+
+
+def _overlay(layout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The kept positions or merge assignment of a page, for drawing the compression overlay."""
+    if not layout or "grid" not in layout:
+        return None
+    out: dict[str, Any] = {"grid": [int(v) for v in layout["grid"]]}
+    for key in ("kept", "assignment"):
+        if key in layout:
+            out[key] = [int(v) for v in layout[key]]
+    return out
+
+
+def _mime(path: Path) -> str:
+    return {
+        ".webp": "image/webp",
+        ".png": "image/png",
+        ".jpg": "image/jpeg",
+        ".jpeg": "image/jpeg",
+    }.get(path.suffix.lower(), "application/octet-stream")
