@@ -34,18 +34,7 @@ CHILD = textwrap.dedent(
         v = rng.normal(size=(12, 16)).astype(np.float32)
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-    def die_after(owner, name):
-        original = getattr(owner, name)
-        def wrapped(*a, **kw):
-            result = original(*a, **kw)
-            os.kill(os.getpid(), signal.SIGKILL)
-            return result
-        setattr(owner, name, wrapped)
-
-    def die_before(owner, name):
-        def wrapped(*a, **kw):
-            os.kill(os.getpid(), signal.SIGKILL)
-        setattr(owner, name, wrapped)
+    from vrag_compress.testing import kill_after as die_after, kill_before as die_before
 
     stage = point.startswith("stage_")  # a store without fp16 turns its staged rows into codes
     store = LocalStore.open(path, centroid_min_tokens=-1, codes_min_tokens=100 if stage else 0)

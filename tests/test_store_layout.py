@@ -190,18 +190,7 @@ CHILD = textwrap.dedent(
 
     path, point = sys.argv[1], sys.argv[2]
 
-    def die_after(owner, name):
-        original = getattr(owner, name)
-        def wrapped(*a, **kw):
-            result = original(*a, **kw)
-            os.kill(os.getpid(), signal.SIGKILL)
-            return result
-        setattr(owner, name, wrapped)
-
-    def die_before(owner, name):
-        def wrapped(*a, **kw):
-            os.kill(os.getpid(), signal.SIGKILL)
-        setattr(owner, name, wrapped)
+    from vrag_compress.testing import kill_after as die_after, kill_before as die_before
 
     owner, name, when = {
         "compacted": (LocalStore, "compact", die_after),

@@ -9,8 +9,11 @@ unit vector, so MaxSim ranks pages by shared words exactly like a real late-inte
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import signal
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +127,25 @@ def tiny_multi_vector_encoder(out: Path) -> Path:
     model = MultiVectorEncoder(modules=[Transformer(str(out / "bert")), Normalize()], device="cpu")
     model.save_pretrained(str(out / "mve"))
     return out / "mve"
+
+
+def kill_after(owner: Any, name: str) -> None:
+    """Make ``owner.name`` SIGKILL this process right after it returns: crash tests put a
+    kill -9 exactly behind a named step of a write."""
+    original = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(owner, name, wrapped)
+
+
+def kill_before(owner: Any, name: str) -> None:
+    """Make ``owner.name`` SIGKILL this process instead of running (a kill just before it)."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    setattr(owner, name, wrapped)
