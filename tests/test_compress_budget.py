@@ -259,3 +259,27 @@ def test_a_fitted_fallback_is_recorded_and_spends_the_share(monkeypatch):
     assert realised(later, fitted.compress_many(later)) == pytest.approx(0.05, rel=0.05)
     with pytest.raises(CompressionError, match="budget_fallback must be"):
         get_compressor("sap", ratio=0.1, layers=[1], budget="adaptive", budget_fallback="yes")
+
+
+def test_the_benchmark_settles_the_check_once_and_reports_it(monkeypatch):
+    from vrag_compress.bench.eval.runner import settle_budget
+    from vrag_compress.compress import common
+    from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck
+
+    monkeypatch.setattr(
+        common.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.3, 0.4, 7)
+    )
+    pages = corpus(15, CHECK_MIN_PAGES)
+    settled, figures = settle_budget(adaptive("random", 0.1), pages)
+    assert settled.budget_fallback is True and figures is not None
+    assert figures == {
+        "pseudo_ndcg_adaptive": 0.3,
+        "pseudo_ndcg_fixed": 0.4,
+        "n_queries": 7,
+        "fallback": True,
+    }
+    fixed = get_compressor("random", ratio=0.1)
+    assert settle_budget(fixed, pages) == (fixed, None)
+    forced = adaptive("random", 0.1, budget_fallback=False)
+    assert settle_budget(forced, pages) == (forced, None)
+    assert settle_budget(adaptive("random", 0.1), pages[:4])[1] is None  # too few to check

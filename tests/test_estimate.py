@@ -385,3 +385,27 @@ def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
     note = estimate.bias_notes(result)[1]
     assert "tokens per page, validated on 600-600" in note and "rank their own page" in note
     assert json.loads(result.to_json())["profile"] == result.profile
+
+
+def test_bench_estimate_halves_split_the_judged_queries_and_recompute_retention():
+    from vrag_compress.bench.estimate import judged_half
+
+    rng = np.random.default_rng(5)
+    full = rng.random(11) + 0.1
+    judged = {"uncompressed": full, "uot@0.1": full * 0.9, "sap@0.1": full * rng.random(11)}
+    measured = {
+        "n_queries": 11,
+        "results": [
+            {"method": "uot", "ratio": 0.1, "retention@10": 0.9},
+            {"method": "sap", "ratio": 0.1, "retention@10": 0.5},
+        ],
+    }
+    first, first_judged = judged_half(measured, judged, "first", seed=3)
+    second, second_judged = judged_half(measured, judged, "second", seed=3)
+    assert first["n_queries"] + second["n_queries"] == 11 and first["n_queries"] == 5
+    together = np.sort(np.r_[first_judged["uncompressed"], second_judged["uncompressed"]])
+    np.testing.assert_array_equal(together, np.sort(full))  # disjoint halves, nothing lost
+    assert first["results"][0]["retention@10"] == pytest.approx(0.9)
+    picked = first_judged["sap@0.1"].mean() / first_judged["uncompressed"].mean()
+    assert first["results"][1]["retention@10"] == pytest.approx(picked)
+    assert measured["results"][1]["retention@10"] == 0.5  # the full figures are left alone
