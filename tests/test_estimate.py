@@ -373,6 +373,7 @@ def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
     pseudo = token_span_queries(pages(), np.random.default_rng(1))
     first = estimate_pages(pseudo, ["random"], [0.1]).profile["own_first"]
     here = estimate.Validated("here", 60.0, first, 0.04)
+    assert "within ±0.06" in estimate_pages(pseudo, ["random"], [0.1]).notes[0]  # Cranfield's
     monkeypatch.setattr(estimate, "VALIDATED", (here,))
     result = estimate_pages(pseudo, ["random"], [0.1])
     # span queries are not the validated lead queries: the bias note says so
