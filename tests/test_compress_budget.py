@@ -193,3 +193,93 @@ def test_a_custom_method_without_a_per_page_count_refuses_an_adaptive_budget():
         FirstTokens(budget="adaptive")
     counts = [len(c.vectors) for c in FirstK(budget="adaptive").compress_many(pages)]
     assert counts == FirstK(budget="adaptive").keep_counts(pages)
+
+
+# ------------------------------------------------------------- the check and its fallback
+@pytest.mark.parametrize("ratio", [0.25, 0.1, 0.05])
+def test_fixed_shares_spend_exactly_the_share_and_stay_near_each_page_share(ratio):
+    from vrag_compress.compress.budget_check import fixed_shares
+
+    lengths = [p.n_tokens for p in corpus(9, 60)]
+    counts = fixed_shares(ratio, lengths)
+    assert sum(counts) == round(ratio * sum(lengths))
+    assert all(1 <= k <= n and abs(k - ratio * n) < 1 for k, n in zip(counts, lengths, strict=True))
+
+
+def test_the_check_keeps_the_signal_only_when_it_ranks_better():
+    from vrag_compress.compress.budget_check import check_signal
+
+    pages = corpus(10, 40)
+
+    def compress(batch, adaptive):  # the adaptive side keeps one token per page: worse
+        return [p.vectors[:1] if adaptive else p.vectors[: max(1, p.n_tokens // 4)] for p in batch]
+
+    check = check_signal(compress, pages)
+    assert check.n_queries == 40 and check.adaptive < check.fixed and not check.signal_helps
+    flipped = check_signal(lambda batch, adaptive: compress(batch, not adaptive), pages)
+    assert flipped.signal_helps and flipped.adaptive == check.fixed
+
+
+def test_an_unhelpful_signal_falls_back_to_the_fixed_shares(monkeypatch):
+    from vrag_compress.compress import common
+    from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck, fixed_shares
+
+    pages = corpus(11, CHECK_MIN_PAGES)
+    lengths = [p.n_tokens for p in pages]
+    by_signal = allocate(BudgetRule(0.1), [p.vectors for p in pages])
+    assert by_signal != fixed_shares(0.1, lengths)
+    for adaptive_ndcg, expected in ((0.4, fixed_shares(0.1, lengths)), (0.6, by_signal)):
+        monkeypatch.setattr(
+            common.BaseCompressor,
+            "check_budget",
+            lambda self, pages, a=adaptive_ndcg: BudgetCheck(a, 0.5, len(pages)),
+        )
+        assert adaptive("random", 0.1).keep_counts(pages) == expected
+    # a small batch (an index commit) is not checked: the signal spreads it
+    assert adaptive("random", 0.1).keep_counts(pages[:4]) == allocate(
+        BudgetRule(0.1), [p.vectors for p in pages[:4]]
+    )
+    # forced either way, nothing is checked
+    assert adaptive("random", 0.1, budget_fallback=True).keep_counts(pages) == fixed_shares(
+        0.1, lengths
+    )
+
+
+def test_a_fitted_fallback_is_recorded_and_spends_the_share(monkeypatch):
+    from vrag_compress.compress import common
+    from vrag_compress.compress.budget_check import BudgetCheck
+
+    monkeypatch.setattr(
+        common.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.1, 0.2, 9)
+    )
+    fitted = adaptive("sap", 0.05).fit(similar_pages(13, 100))
+    assert fitted.budget_fallback is True
+    assert get_compressor("sap", **json.loads(json.dumps(fitted.params))) == fitted
+    later = similar_pages(14, 200)
+    assert realised(later, fitted.compress_many(later)) == pytest.approx(0.05, rel=0.05)
+    with pytest.raises(CompressionError, match="budget_fallback must be"):
+        get_compressor("sap", ratio=0.1, layers=[1], budget="adaptive", budget_fallback="yes")
+
+
+def test_the_benchmark_settles_the_check_once_and_reports_it(monkeypatch):
+    from vrag_compress.bench.eval.runner import settle_budget
+    from vrag_compress.compress import common
+    from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck
+
+    monkeypatch.setattr(
+        common.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.3, 0.4, 7)
+    )
+    pages = corpus(15, CHECK_MIN_PAGES)
+    settled, figures = settle_budget(adaptive("random", 0.1), pages)
+    assert settled.budget_fallback is True and figures is not None
+    assert figures == {
+        "pseudo_ndcg_adaptive": 0.3,
+        "pseudo_ndcg_fixed": 0.4,
+        "n_queries": 7,
+        "fallback": True,
+    }
+    fixed = get_compressor("random", ratio=0.1)
+    assert settle_budget(fixed, pages) == (fixed, None)
+    forced = adaptive("random", 0.1, budget_fallback=False)
+    assert settle_budget(forced, pages) == (forced, None)
+    assert settle_budget(adaptive("random", 0.1), pages[:4])[1] is None  # too few to check

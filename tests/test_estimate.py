@@ -338,3 +338,75 @@ def test_a_one_page_source_says_so(shared_data: Path, tmp_path: Path):
 def test_a_bad_ratio_list_names_the_option(tiny_index: Path):
     result = runner.invoke(app, ["estimate", str(tiny_index), "--ratios", "abc"])
     assert result.exit_code == 2 and "--ratios" in result.output, result.output
+
+
+def test_away_relevance_leaves_the_own_page_out_of_its_query_ranking():
+    from vrag_compress.estimate import _ndcg, pseudo_gains
+
+    pool = pages(3, n_pages=8)
+    gains = pseudo_gains(pool, [0, 5], neighbours=2, relevance="away")
+    assert np.isnan(gains[0, 0]) and np.isnan(gains[1, 5])
+    assert np.nansum(gains, axis=1).tolist() == [2.0, 2.0]
+    own = pseudo_gains(pool, [0, 5], neighbours=2)
+    # missing the own page costs nothing when it is left out: the neighbours first is ideal
+    scores = np.where(np.isnan(gains), -10.0, own)
+    assert _ndcg(scores, gains) == pytest.approx([1.0, 1.0])
+    assert (_ndcg(scores, own) < 1.0).all()
+    with pytest.raises(EstimateError, match="relevance must be one of"):
+        pseudo_gains(pool, [0], neighbours=2, relevance="nearby")
+    with pytest.raises(EstimateError, match="at least 1 neighbour"):
+        pseudo_gains(pool, [0], neighbours=0, relevance="away")
+
+
+def test_away_relevance_estimates_identity_at_one_and_random_below():
+    pseudo = token_span_queries(pages(), np.random.default_rng(1))
+    result = estimate_pages(pseudo, ["identity", "random"], [0.5, 0.05], relevance="away")
+    rows = {(r.method, r.ratio): r for r in result.rows}
+    assert rows[("identity", 0.5)].estimated == 1.0 and result.relevance == "away"
+    assert rows[("random", 0.05)].estimated < 1.0
+    assert 0.0 <= result.profile["own_first"] <= 1.0 and result.profile["pseudo_ndcg"] > 0
+
+
+def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
+    from vrag_compress import estimate
+
+    pseudo = token_span_queries(pages(), np.random.default_rng(1))
+    first = estimate_pages(pseudo, ["random"], [0.1]).profile["own_first"]
+    here = estimate.Validated("here", 60.0, first, 0.04)
+    assert "within ±0.06" in estimate_pages(pseudo, ["random"], [0.1]).notes[0]  # Cranfield's
+    monkeypatch.setattr(estimate, "VALIDATED", (here,))
+    result = estimate_pages(pseudo, ["random"], [0.1])
+    # span queries are not the validated lead queries: the bias note says so
+    assert "within ±0.04" in result.notes[0] and "bias:" in result.notes[1]
+    assert "'tokens', validated with 'lead'" in result.notes[1]
+    monkeypatch.setattr(estimate, "DEFAULT_QUERY_KIND", "tokens")
+    assert len(estimate.bias_notes(result)) == 1  # the same profile: no bias note
+    far = estimate.Validated("far", 600.0, first - 0.5, 0.04)
+    monkeypatch.setattr(estimate, "VALIDATED", (far,))
+    note = estimate.bias_notes(result)[1]
+    assert "tokens per page, validated on 600-600" in note and "rank their own page" in note
+    assert json.loads(result.to_json())["profile"] == result.profile
+
+
+def test_bench_estimate_halves_split_the_judged_queries_and_recompute_retention():
+    from vrag_compress.bench.estimate import judged_half
+
+    rng = np.random.default_rng(5)
+    full = rng.random(11) + 0.1
+    judged = {"uncompressed": full, "uot@0.1": full * 0.9, "sap@0.1": full * rng.random(11)}
+    measured = {
+        "n_queries": 11,
+        "results": [
+            {"method": "uot", "ratio": 0.1, "retention@10": 0.9},
+            {"method": "sap", "ratio": 0.1, "retention@10": 0.5},
+        ],
+    }
+    first, first_judged = judged_half(measured, judged, "first", seed=3)
+    second, second_judged = judged_half(measured, judged, "second", seed=3)
+    assert first["n_queries"] + second["n_queries"] == 11 and first["n_queries"] == 5
+    together = np.sort(np.r_[first_judged["uncompressed"], second_judged["uncompressed"]])
+    np.testing.assert_array_equal(together, np.sort(full))  # disjoint halves, nothing lost
+    assert first["results"][0]["retention@10"] == pytest.approx(0.9)
+    picked = first_judged["sap@0.1"].mean() / first_judged["uncompressed"].mean()
+    assert first["results"][1]["retention@10"] == pytest.approx(picked)
+    assert measured["results"][1]["retention@10"] == 0.5  # the full figures are left alone

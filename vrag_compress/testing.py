@@ -13,8 +13,8 @@ import os
 import re
 import signal
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest

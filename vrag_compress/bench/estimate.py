@@ -18,10 +18,30 @@ import typer
 
 from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.retention import _Bar, _parse_window, _split_list
+from vrag_compress.estimate import DEFAULT_RELEVANCE
 
 SETTLED = 0.9
+HALVES = ("all", "first", "second")
 """A judged order counts as settled when the paired bootstrap puts one side of it ahead in
 this share of resamples or more (resamples where the two tie count for neither)."""
+
+
+def judged_half(
+    measured: dict[str, Any], judged: dict[str, np.ndarray], half: str, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The judged figures on one seeded half of the evaluation queries ("first" or "second"
+    of a shuffle with ``seed``): each row's retention@10 recomputed from the per-query NDCG@10,
+    so an estimator's choices can be made on one half and reported on the other."""
+    n = len(judged["uncompressed"])
+    order = np.random.default_rng(seed).permutation(n)
+    chosen = np.sort(order[: n // 2] if half == "first" else order[n // 2 :])
+    picked = {name: values[chosen] for name, values in judged.items()}
+    full = float(picked["uncompressed"].mean())
+    rows = []
+    for row in measured["results"]:
+        ndcg = float(picked[f"{row['method']}@{row['ratio']:g}"].mean())
+        rows.append({**row, "retention@10": ndcg / full if full > 0 else float("nan")})
+    return {**measured, "results": rows, "n_queries": len(chosen)}, picked
 
 
 def compare(
@@ -184,6 +204,14 @@ def estimate(
     draws: int = typer.Option(1, min=1, help="page samples (seeds seed, seed+1, ...) averaged"),
     queries: str = typer.Option("lead", help="pseudo-queries: 'lead' or 'sentence'"),
     neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),
+    relevance: str = typer.Option(
+        DEFAULT_RELEVANCE, help="'own': the own page counts (gain 2); 'away': left out"
+    ),
+    half: str = typer.Option(
+        "all",
+        help="judged queries to compare with: 'all', or one seeded half ('first', 'second'), "
+        "to choose on one half and report on the other",
+    ),
     window: str = typer.Option("auto", help="SAP window of the judged run: 'auto' or layers"),
     json_out: Path = typer.Option(..., "--json", help="write the rows here"),
     plot: Path | None = typer.Option(None, help="estimated-vs-judged plot (PNG)"),
@@ -198,11 +226,15 @@ def estimate(
 
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
     from vrag_compress.bench.paths import load_dataset_option
-    from vrag_compress.estimate import QUERY_KINDS, cloze_queries, estimate_pages
+    from vrag_compress.estimate import QUERY_KINDS, RELEVANCE, cloze_queries, estimate_pages
     from vrag_compress.progress import task_progress
 
     if queries not in QUERY_KINDS:
         raise typer.BadParameter(f"choose {' or '.join(QUERY_KINDS)}", param_hint="--queries")
+    if relevance not in RELEVANCE:
+        raise typer.BadParameter(f"choose {' or '.join(RELEVANCE)}", param_hint="--relevance")
+    if half not in HALVES:
+        raise typer.BadParameter(f"choose {', '.join(HALVES)}", param_hint="--half")
     torch.set_num_threads(threads)
     console = Console(width=120)
     started = time.perf_counter()
@@ -228,6 +260,8 @@ def estimate(
             seed=seed,
             keep_scores=keep_ndcg,
         )
+    if half != "all":
+        measured, judged = judged_half(measured, judged, half, seed)
     measured_at = time.perf_counter()
     results = []
     for draw_seed in range(seed, seed + draws):
@@ -242,6 +276,7 @@ def estimate(
                 n_layers=corpus.n_layers,
                 encoder_name=corpus.model_id,
                 neighbours=neighbours,
+                relevance=relevance,
             )
         )
     result = averaged(results)
@@ -268,10 +303,17 @@ def estimate(
             "fallback_queries_per_draw": [r.fallback_queries for r in results],
             "query_kind": result.query_kind,
             "neighbours": neighbours,
+            "relevance": relevance,
+            "profile": result.profile,
+            "notes": result.notes,
             "draws": draws,
             "recommendation": result.recommend(),
         },
-        "measured": {"n_queries": measured["n_queries"], "window": measured["window"]},
+        "measured": {
+            "n_queries": measured["n_queries"],
+            "window": measured["window"],
+            "half": half,
+        },
         "timing_s": {
             "measured": round(measured_at - started, 1),
             "total": round(time.perf_counter() - started, 1),

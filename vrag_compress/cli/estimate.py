@@ -92,6 +92,11 @@ def estimate(
         help="Pseudo-queries: 'lead' (each page's title, heading or first sentence) or "
         "'sentence' (a random sentence; runs low).",
     ),
+    relevance: str = typer.Option(
+        "own",
+        help="'own': a pseudo-query's own page counts as relevant (gain 2); 'away': it is left "
+        "out, so the query must find the pages nearest its own.",
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     json_out: bool = typer.Option(
         False, "--json", help="Print machine-readable JSON on stdout (no table, no progress)."
@@ -102,7 +107,7 @@ def estimate(
     sampled pages it shows the table but recommends nothing (the intervals are too wide)."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import ModelNotFoundError
-    from vrag_compress.estimate import QUERY_KINDS, EstimateError, estimate_retention
+    from vrag_compress.estimate import QUERY_KINDS, RELEVANCE, EstimateError, estimate_retention
     from vrag_compress.index import VisualIndexError
     from vrag_compress.store import StoreError
 
@@ -111,6 +116,10 @@ def estimate(
     if queries not in QUERY_KINDS:
         raise typer.BadParameter(
             f"choose {' or '.join(QUERY_KINDS)}, got {queries!r}", param_hint="--queries"
+        )
+    if relevance not in RELEVANCE:
+        raise typer.BadParameter(
+            f"choose {' or '.join(RELEVANCE)}, got {relevance!r}", param_hint="--relevance"
         )
     if not source.exists():
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
@@ -126,6 +135,7 @@ def estimate(
                 device=device,
                 neighbours=neighbours,
                 queries=queries,
+                relevance=relevance,
                 progress=step,
             )
     except (

@@ -3,6 +3,7 @@ shares and `BaseCompressor`, the easy way to satisfy the protocol."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -11,8 +12,16 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from vrag_compress.compress.allocation import BUDGETS, BudgetRule, allocate, fit_threshold
+from vrag_compress.compress.budget_check import (
+    CHECK_MIN_PAGES,
+    BudgetCheck,
+    check_signal,
+    fixed_shares,
+)
 from vrag_compress.compress.errors import CompressionError
 from vrag_compress.encoders.base import PageEncoding
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BaseCompressor",
@@ -108,7 +117,13 @@ def check_page(page: PageEncoding, method: str, stats: str | None = None) -> Non
         raise CompressionError(f"{method}: page {stats} contains NaN or inf")
 
 
-ADAPTIVE_FIELDS = ("budget_signal", "budget_floor", "budget_cap", "budget_threshold")
+ADAPTIVE_FIELDS = (
+    "budget_signal",
+    "budget_floor",
+    "budget_cap",
+    "budget_threshold",
+    "budget_fallback",
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +139,10 @@ class BaseCompressor:
     budget: "fixed" (``ceil(ratio * N)`` per page, as the papers) or "adaptive" (the budget
     ``ratio * sum(N)`` spread by content; see `vrag_compress.compress.allocation`), with
     ``budget_signal``, ``budget_floor``/``budget_cap`` (multiples of ``ratio * N``) and
-    ``budget_threshold`` (set by ``fit(pages)``; None spreads each batch's own share).
+    ``budget_threshold`` (set by ``fit(pages)``; None spreads each batch's own share) and
+    ``budget_fallback`` (True: the fixed shares, rounded so a batch spends exactly its share;
+    False: the page signal; None: checked on the collection's own pseudo-queries by ``fit`` and
+    by every call of at least ``CHECK_MIN_PAGES`` pages, see `budget_check`).
     """
 
     name: ClassVar[str] = "base"
@@ -146,6 +164,7 @@ class BaseCompressor:
     budget_floor: float = field(default=0.25, kw_only=True)
     budget_cap: float = field(default=4.0, kw_only=True)
     budget_threshold: float | None = field(default=None, kw_only=True)
+    budget_fallback: bool | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.budget not in BUDGETS:
@@ -178,6 +197,11 @@ class BaseCompressor:
             object.__setattr__(self, key, float(getattr(self, key)))
         if self.budget_threshold is not None:
             object.__setattr__(self, "budget_threshold", float(self.budget_threshold))
+        if not (self.budget_fallback is None or isinstance(self.budget_fallback, bool)):
+            raise CompressionError(
+                f"{self.name}: budget_fallback must be true, false or null, "
+                f"got {self.budget_fallback!r}"
+            )
         self.budget_rule().check(self.name)
 
     def budget_rule(self) -> BudgetRule:
@@ -207,7 +231,24 @@ class BaseCompressor:
         if self.budget == "fixed":
             return self
         rule = replace(self.budget_rule(), threshold=None)
-        return replace(self, budget_threshold=fit_threshold(rule, [p.vectors for p in pages]))
+        fallback = self.budget_fallback
+        if fallback is None:
+            fallback = not self.check_budget(pages).signal_helps
+        return replace(
+            self,
+            budget_threshold=fit_threshold(rule, [p.vectors for p in pages]),
+            budget_fallback=fallback,
+        )
+
+    def check_budget(self, pages: Sequence[PageEncoding]) -> BudgetCheck:
+        """Whether the adaptive budget beats the fixed shares on span pseudo-queries of
+        ``pages`` (`vrag_compress.compress.budget_check`)."""
+
+        def run(batch: list[PageEncoding], adaptive: bool) -> list[np.ndarray]:
+            chosen = replace(self, budget_fallback=not adaptive, budget_threshold=None)
+            return [c.vectors for c in chosen.compress_many(batch)]
+
+        return check_signal(run, pages)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -227,6 +268,21 @@ class BaseCompressor:
         """Vectors to keep for each page of one batch (fixed or adaptive budget)."""
         if self.budget == "fixed":
             return [self.n_keep(page.n_tokens) for page in pages]
+        fallback = self.budget_fallback
+        if fallback is None and self.budget_threshold is None and len(pages) >= CHECK_MIN_PAGES:
+            check = self.check_budget(pages)
+            fallback = not check.signal_helps
+            log.info(
+                "%s: adaptive budget %s (pseudo-NDCG@10 %.4f adaptive, %.4f fixed shares, "
+                "%d span pseudo-queries)",
+                self.name,
+                "falls back to the fixed shares" if fallback else "kept",
+                check.adaptive,
+                check.fixed,
+                check.n_queries,
+            )
+        if fallback:
+            return fixed_shares(float(getattr(self, "ratio", 1.0)), [p.n_tokens for p in pages])
         return allocate(self.budget_rule(), [page.vectors for page in pages])
 
     def compress(self, page: PageEncoding) -> CompressedPage:

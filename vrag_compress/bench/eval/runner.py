@@ -292,6 +292,33 @@ def build_compressor(
     )
 
 
+def settle_budget(
+    compressor: Compressor, pages: Sequence[PageEncoding]
+) -> tuple[Compressor, dict[str, Any] | None]:
+    """An adaptive budget left to its check (``budget_fallback`` None) decided once on the
+    whole corpus, as ``compress_many`` over it would; the check's figures for the result row."""
+    from dataclasses import replace
+
+    from vrag_compress.compress.budget_check import CHECK_MIN_PAGES
+
+    if (
+        getattr(compressor, "budget", "fixed") != "adaptive"
+        or getattr(compressor, "budget_fallback", True) is not None
+        or getattr(compressor, "budget_threshold", None) is not None
+        or len(pages) < CHECK_MIN_PAGES
+    ):
+        return compressor, None
+    check = compressor.check_budget(pages)  # type: ignore[attr-defined]
+    settled = replace(compressor, budget_fallback=not check.signal_helps)  # type: ignore[type-var]
+    figures = {
+        "pseudo_ndcg_adaptive": check.adaptive,
+        "pseudo_ndcg_fixed": check.fixed,
+        "n_queries": check.n_queries,
+        "fallback": not check.signal_helps,
+    }
+    return settled, figures
+
+
 def run_retention(
     dataset: BeirDataset,
     corpus: EncodedCorpus,
@@ -345,6 +372,7 @@ def run_retention(
     for spec in specs:
         for ratio in ratios:
             compressor = build_compressor(spec, ratio, calibration.window, corpus)
+            compressor, check = settle_budget(compressor, corpus.pages)
             compressed = compressor.compress_many(corpus.pages)
             if keep_kept is not None:
                 keep_kept(spec.label, ratio, compressed)
@@ -355,6 +383,9 @@ def run_retention(
                     suffix = "" if code == "fp16" else f"/{code}"
                     keep_scores(f"{spec.label}@{ratio:g}{suffix}", scored, eval_ids)
                 row = _result_row(spec.label, ratio, scored, full, pairs, compressed)
+                row["realised_ratio"] = row["tokens_per_doc"] / _mean_full_tokens(corpus)
+                if check is not None:
+                    row["budget_check"] = check
                 if list(codes) != ["fp16"]:
                     row["codes"] = code
                     row["bytes_per_token"] = round(per_token, 2)
