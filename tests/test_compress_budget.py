@@ -221,7 +221,7 @@ def test_the_check_keeps_the_signal_only_when_it_ranks_better():
 
 
 def test_an_unhelpful_signal_falls_back_to_the_fixed_shares(monkeypatch):
-    from vrag_compress.compress import common
+    from vrag_compress.compress import base
     from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck, fixed_shares
 
     pages = corpus(11, CHECK_MIN_PAGES)
@@ -230,7 +230,7 @@ def test_an_unhelpful_signal_falls_back_to_the_fixed_shares(monkeypatch):
     assert by_signal != fixed_shares(0.1, lengths)
     for adaptive_ndcg, expected in ((0.4, fixed_shares(0.1, lengths)), (0.6, by_signal)):
         monkeypatch.setattr(
-            common.BaseCompressor,
+            base.BaseCompressor,
             "check_budget",
             lambda self, pages, a=adaptive_ndcg: BudgetCheck(a, 0.5, len(pages)),
         )
@@ -246,11 +246,11 @@ def test_an_unhelpful_signal_falls_back_to_the_fixed_shares(monkeypatch):
 
 
 def test_a_fitted_fallback_is_recorded_and_spends_the_share(monkeypatch):
-    from vrag_compress.compress import common
+    from vrag_compress.compress import base
     from vrag_compress.compress.budget_check import BudgetCheck
 
     monkeypatch.setattr(
-        common.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.1, 0.2, 9)
+        base.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.1, 0.2, 9)
     )
     fitted = adaptive("sap", 0.05).fit(similar_pages(13, 100))
     assert fitted.budget_fallback is True
@@ -263,11 +263,11 @@ def test_a_fitted_fallback_is_recorded_and_spends_the_share(monkeypatch):
 
 def test_the_benchmark_settles_the_check_once_and_reports_it(monkeypatch):
     from vrag_compress.bench.eval.runner import settle_budget
-    from vrag_compress.compress import common
+    from vrag_compress.compress import base
     from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck
 
     monkeypatch.setattr(
-        common.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.3, 0.4, 7)
+        base.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.3, 0.4, 7)
     )
     pages = corpus(15, CHECK_MIN_PAGES)
     settled, figures = settle_budget(adaptive("random", 0.1), pages)
