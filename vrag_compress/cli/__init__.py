@@ -1,4 +1,5 @@
-"""The `vrag` command. Each sibling module registers its commands on `app`; the benchmark
+"""The `vrag` command. The everyday verbs (`indexing`, `searching`, `maintenance`) are registered
+below; each other sibling module registers its commands on `app`; the benchmark
 modules in `vrag_compress.bench` register theirs on `bench_app` (`vrag bench ...`).
 
 Heavy imports (torch, transformers, faiss) happen inside the command functions.
@@ -21,15 +22,30 @@ import vrag_compress.bench.ray_scaling  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
 import vrag_compress.bench.serve  # noqa: F401
 import vrag_compress.bench.store  # noqa: F401
-from vrag_compress.cli import (  # noqa: F401  (importing registers the commands)
+from vrag_compress.cli import (  # noqa: F401  (importing calibrate, estimate registers them)
     calibrate,
     estimate,
-    index,
-    migrate,
-    onnx,
-    serve,
+    indexing,
+    maintenance,
+    searching,
 )
 from vrag_compress.cli.app import app
+
+# The everyday verbs, registered here in the order `vrag --help` lists them.
+for _verb in (
+    indexing.index,
+    indexing.methods,
+    searching.search,
+    searching.ask,
+    maintenance.info,
+    maintenance.optimize,
+    maintenance.verify,
+    maintenance.delete,
+    searching.show,
+):
+    app.command()(_verb)
+
+from vrag_compress.cli import migrate, onnx, serve  # noqa: E402, F401  (listed after the verbs)
 
 
 def main() -> None:

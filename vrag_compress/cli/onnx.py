@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from vrag_compress.cli.app import app
-from vrag_compress.cli.index import JsonOpt, emit_json, fail
+from vrag_compress.cli.common import JsonOpt, emit_json, fail
 
 out = Console()
 

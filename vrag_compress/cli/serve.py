@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from vrag_compress.cli.app import app
-from vrag_compress.cli.index import fail
+from vrag_compress.cli.common import fail
 
 
 @app.command()
