@@ -23,7 +23,7 @@ from vrag_compress import ingest
 from vrag_compress.cli import app
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import Page
-from vrag_compress.page_assets import AssetPathError
+from vrag_compress.ingest.page_assets import AssetPathError
 from vrag_compress.store import LocalStore, segments
 
 runner = CliRunner()
@@ -213,7 +213,7 @@ def test_the_first_batch_commits_before_the_folder_walk_ends(tmp_path, monkeypat
             walked.append(Path(entry[0]).name)
             yield entry
 
-    monkeypatch.setattr(ingest.os, "walk", spy)
+    monkeypatch.setattr(ingest.documents.os, "walk", spy)
     with VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2", batch_size=1) as index:
         real_add, seen_at_first_commit = index.store.add, []
 

@@ -15,10 +15,10 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vrag_compress import VisualIndex, get_compressor
-from vrag_compress import ocr as ocr_module
 from vrag_compress.cli import app
+from vrag_compress.ingest import ocr as ocr_module
 from vrag_compress.ingest import open_document
-from vrag_compress.ocr import (
+from vrag_compress.ingest.ocr import (
     OcrUnavailableError,
     PageOcr,
     RapidOcrEngine,
@@ -223,7 +223,7 @@ def test_auto_without_the_extra_warns_once_and_indexes(
     no_rapidocr, tmp_path: Path, shared_data: Path, caplog: pytest.LogCaptureFixture
 ):
     images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:2]
-    with caplog.at_level(logging.WARNING, logger="vrag_compress.ocr"):
+    with caplog.at_level(logging.WARNING, logger="vrag_compress.ingest.ocr"):
         with new_index(tmp_path / "idx") as index:
             report = index.add(images, progress=False)
     warnings = [r for r in caplog.records if "rapidocr-onnxruntime" in r.getMessage()]

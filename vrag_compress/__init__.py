@@ -29,7 +29,7 @@ _EXPORTS = {
     "DEFAULT_DPI": "vrag_compress.ingest",
     "IngestError": "vrag_compress.ingest",
     "CorruptPDFError": "vrag_compress.ingest",
-    "image_base64": "vrag_compress.page_assets",
+    "image_base64": "vrag_compress.ingest.page_assets",
     # encoders
     "Encoder": "vrag_compress.encoders.base",
     "PageEncoding": "vrag_compress.encoders.base",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
         open_document,
         page_id,
     )
-    from vrag_compress.page_assets import image_base64
+    from vrag_compress.ingest.page_assets import image_base64
     from vrag_compress.scoring import maxsim
     from vrag_compress.store.base import SearchMode
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from PIL import Image
 
-from vrag_compress.page_assets import image_base64
+from vrag_compress.ingest.page_assets import image_base64
 
 if TYPE_CHECKING:
     from vrag_compress.index import Hit

@@ -33,8 +33,8 @@ import numpy as np
 from vrag_compress.index_config import VisualIndexError
 from vrag_compress.indexing import AddReport, DocState, Indexer, ProcessedBatch
 from vrag_compress.ingest import IngestError, Page
-from vrag_compress.ocr import PageOcr
-from vrag_compress.page_assets import PageAssets
+from vrag_compress.ingest.ocr import PageOcr
+from vrag_compress.ingest.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
 
 if TYPE_CHECKING:

@@ -36,9 +36,9 @@ from vrag_compress.index_config import (
 from vrag_compress.indexing import AddReport, Indexer
 from vrag_compress.ingest import Page
 from vrag_compress.ingest import page_id as default_page_id
+from vrag_compress.ingest.ocr import PageOcr
+from vrag_compress.ingest.page_assets import PageAssets
 from vrag_compress.microbatch import MicroBatcher
-from vrag_compress.ocr import PageOcr
-from vrag_compress.page_assets import PageAssets
 from vrag_compress.store import (
     DocumentRecord,
     MultiVectorStore,
@@ -764,8 +764,9 @@ class VisualIndex:
 
         Returns a report of what was indexed, skipped and failed (with reasons); one bad file
         never stops the rest. `ocr` ("auto", "always", "never" or a `PageOcr`) gives pages
-        without a text layer their OCR'd text (see `vrag_compress.ocr`). Metadata a filter could
-        not select (a ``$`` key, a built-in field name, NaN) raises `UserInputError` up front.
+        without a text layer their OCR'd text (see `vrag_compress.ingest.ocr`). Metadata a filter
+        could not select (a ``$`` key, a built-in field name, NaN) raises `UserInputError` up
+        front.
 
         `ray` renders, encodes and compresses files on a Ray cluster (the ``[ray]`` extra):
         True for the cluster Ray finds (or a local one), an address ("host:6379",

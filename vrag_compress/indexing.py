@@ -31,8 +31,8 @@ from vrag_compress.ingest import (
     with_title,
 )
 from vrag_compress.ingest import page_id as default_page_id
-from vrag_compress.ocr import PageOcr, PageText
-from vrag_compress.page_assets import PageAssets, StoredImage
+from vrag_compress.ingest.ocr import PageOcr, PageText
+from vrag_compress.ingest.page_assets import PageAssets, StoredImage
 from vrag_compress.progress import IndexProgress
 from vrag_compress.store import DocumentRecord, MultiVectorStore, PageRecord
 

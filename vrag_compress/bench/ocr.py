@@ -41,7 +41,7 @@ def bench_ocr(
     import torch
     from rich.console import Console
 
-    from vrag_compress.ocr import OcrUnavailableError, PageOcr
+    from vrag_compress.ingest.ocr import OcrUnavailableError, PageOcr
 
     torch.set_num_threads(threads)
     files = paths or [require_data_dir(data) / f for f in DEFAULT_FILES]

@@ -373,7 +373,7 @@ def _print_report(report: Any) -> None:
 
 def _page_ocr(mode: str) -> Any:
     """The `--ocr` choice as a `PageOcr`; `always` without the [ocr] extra fails before indexing."""
-    from vrag_compress.ocr import OcrUnavailableError, PageOcr
+    from vrag_compress.ingest.ocr import OcrUnavailableError, PageOcr
 
     try:
         page_ocr = PageOcr(mode)

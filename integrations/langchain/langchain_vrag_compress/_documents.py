@@ -2,7 +2,7 @@
 
 Two kinds of entries live in a `VisualIndex` reached through LangChain: *pages* (a page image
 encoded by the Col* model; `page_content` is the page text, its text layer or OCR text, see
-`vrag_compress.ocr`) and *texts* (added with `add_texts`/`add_documents`; their metadata must
+`vrag_compress.ingest.ocr`) and *texts* (added with `add_texts`/`add_documents`; their metadata must
 round-trip exactly, so a reserved key marks them and is stripped again on the way out).
 """
 

@@ -26,7 +26,7 @@ class CompressedColPaliRetriever(BaseRetriever):
     """Retrieves document pages by exact MaxSim over a compressed Col* index.
 
     Each `Document` is one page: `page_content` is the page text, its text layer or the OCR text
-    stored at indexing time (empty for a scan indexed without OCR; see `vrag_compress.ocr`);
+    stored at indexing time (empty for a scan indexed without OCR; see `vrag_compress.ingest.ocr`);
     metadata holds `score`, `page` (1-based), `doc_id`, `page_id`, `source`, `filename`,
     `image_path`, the metadata given at indexing time and, with `include_image_base64`,
     `image_base64` + `image_mime_type` ready for a multimodal prompt.

@@ -2,8 +2,8 @@
 
 One page is one `ImageNode`: the page image (a file path, or base64 PNG when no file exists),
 the page text as its text (a rendered page's PDF text layer; for a page indexed by
-`VisualIndex.add`, its text layer or OCR text, see `vrag_compress.ocr`), and citation metadata
-(`doc_id`, `page_no`, `source`, `filename`).
+`VisualIndex.add`, its text layer or OCR text, see `vrag_compress.ingest.ocr`), and citation
+metadata (`doc_id`, `page_no`, `source`, `filename`).
 The node id is the page id `<doc_id>:<page_no>`, so a node and its stored page share one identity.
 """
 

@@ -34,7 +34,7 @@ import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vrag_compress.defaults import DEFAULT_DPI, DEFAULT_RENDERER, RENDERERS
-from vrag_compress.pdf_guard import PageBytes
+from vrag_compress.ingest.pdf_guard import PageBytes
 
 log = logging.getLogger(__name__)
 
