@@ -198,7 +198,7 @@ def lexical(
     from rich.console import Console
     from rich.table import Table
 
-    from vrag_compress.beir import load_beir
+    from vrag_compress.bench.beir import load_beir
 
     sizes = [int(s) for s in pages.replace(",", " ").split()]
     if not sizes or min(sizes) < 1:

@@ -93,7 +93,7 @@ def agreement(a: list[dict[str, float]], b: list[dict[str, float]], k: int) -> d
 def arch_index(arch: str, work: Path, n_pages: int) -> tuple[Path, dict[str, Any]]:
     """A real-size random-weight `arch` saved under `work`, an index of Cranfield documents
     encoded by it, and its ONNX export (each step reused when already there)."""
-    from vrag_compress.beir import load_beir
+    from vrag_compress.bench.beir import load_beir
     from vrag_compress.encoders.onnx_query import has_export
 
     model, index = work / "model", work / "index"
@@ -164,7 +164,7 @@ def onnx(
     """Time ONNX against torch query encoding (fresh process and warm) and check agreement."""
     from rich.console import Console
 
-    from vrag_compress.beir import load_beir
+    from vrag_compress.bench.beir import load_beir
 
     if (index is None) == (arch is None):
         raise typer.BadParameter("give --index or --arch (not both)")

@@ -43,11 +43,11 @@ def require_data_dir(explicit: Path | str | None = None) -> Path:
 
 
 def load_dataset_option(dataset: str | Path, option: str = "--dataset") -> Any:
-    """`vrag_compress.beir.load_dataset` for a command-line option: a folder that is missing or
-    not BEIR is a usage error naming the option (exit 2), not a traceback."""
+    """`vrag_compress.bench.beir.load_dataset` for a command-line option: a folder that is
+    missing or not BEIR is a usage error naming the option (exit 2), not a traceback."""
     import typer
 
-    from vrag_compress.beir import DatasetError, load_dataset
+    from vrag_compress.bench.beir import DatasetError, load_dataset
 
     try:
         return load_dataset(dataset)

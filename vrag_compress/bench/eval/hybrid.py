@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.beir import BeirDataset
+from vrag_compress.bench.beir import BeirDataset
 from vrag_compress.bench.eval.metrics import METRICS, evaluate
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.fusion import fuse

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.beir import BeirDataset, DatasetError, split_queries
+from vrag_compress.bench.beir import BeirDataset, DatasetError, split_queries
 from vrag_compress.bench.eval.metrics import METRICS, evaluate_queries, top_k_run
 from vrag_compress.compress import parse_method_spec
 from vrag_compress.compress.base import CompressionError, Compressor
