@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import typer
@@ -47,15 +46,6 @@ def test_bench_ingest_reads_the_folder_given_by_data(tmp_path):
     assert result.exit_code == 2
     text = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output)  # unwrap rich's error panel
     assert "missing does not exist" in text and "VRAG_DATA_DIR" in text
-
-
-def test_old_import_paths_still_work():
-    from vrag_compress.eval import load_beir
-    from vrag_compress.paths import data_dir as old_data_dir
-
-    assert old_data_dir is data_dir
-    assert callable(load_beir)
-    assert Path(__file__).exists()
 
 
 @pytest.mark.parametrize("command", ["estimate", "retention"])
