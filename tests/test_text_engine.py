@@ -308,3 +308,19 @@ def test_a_failed_engine_write_searches_fts5_and_the_next_write_catches_up(store
         assert sorted(ids(store, "blimp")) == ["p100", "p101"]
         report = store.verify()
         assert report.ok, report.problems
+
+
+def test_deletes_by_fresh_writers_hold_while_segments_merge(store_path):
+    """Each open is a new engine writer whose first operation is a delete (the catch-up's or
+    the user's); across enough one-page commits for tantivy to merge segments, every deleted
+    page stays deleted in the engine."""
+    for i in range(12):
+        with LocalStore.open(store_path) as store:
+            store.add([page(200 + i, f"zeppelin round{i}")])
+            store.delete(page_ids=[f"p{i:03d}", f"p{200 + i - 1:03d}"])
+    with LocalStore.open(store_path) as store:
+        assert ids(store, "zeppelin") == ["p211"]
+        assert engine_hits(store, "zeppelin") is not None
+        report = store.verify()
+        assert report.ok, report.problems
+    assert_text_agrees(store_path)

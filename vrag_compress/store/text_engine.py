@@ -206,6 +206,7 @@ class TextEngine:
         except BaseException:
             try:
                 self._writer.rollback()
+                _skip_reused_opstamp(self._writer)
             except Exception as exc:  # drop the writer: the next write opens a new one
                 log.warning("text index %s: rollback failed (%s)", self.path, exc)
                 self._writer = self._index = None
@@ -241,7 +242,7 @@ class TextEngine:
             return self._index
         try:
             index = self._open(create=True)
-            self._writer = index.writer(WRITER_HEAP, 1)
+            self._writer = _new_writer(index)
         except (OSError, ValueError) as exc:  # damaged files: the index is derived, start over
             if "LockBusy" in str(exc):  # another writer holds it: never delete under it
                 raise
@@ -249,7 +250,7 @@ class TextEngine:
             self._index = None
             shutil.rmtree(self.path, ignore_errors=True)
             index = self._open(create=True)
-            self._writer = index.writer(WRITER_HEAP, 1)
+            self._writer = _new_writer(index)
         return index
 
     def _open(self, *, create: bool = False, reopen: bool = False) -> Any:
@@ -270,8 +271,14 @@ class TextEngine:
         return self._index
 
     def close(self) -> None:
-        self._writer = None
-        self._index = None
+        """Drop the writer after its background merges finished (a merge left running would
+        be abandoned half-way and redone by the next writer)."""
+        writer, self._writer, self._index = self._writer, None, None
+        if writer is not None:
+            try:
+                writer.wait_merging_threads()
+            except (OSError, ValueError) as exc:
+                log.warning("text index %s: a merge did not finish (%s)", self.path, exc)
 
     # ----------------------------------------------------------------- verify
 
@@ -327,6 +334,22 @@ class TextEngine:
         ]
 
 
+def _new_writer(index: Any) -> Any:
+    writer = index.writer(WRITER_HEAP, 1)
+    _skip_reused_opstamp(writer)
+    return writer
+
+
+def _skip_reused_opstamp(writer: Any) -> None:
+    """Spend the operation stamp a fresh (or rolled-back) tantivy writer hands out first.
+
+    Such a writer starts from the last commit's opstamp, so its first operation carries the
+    same stamp as that commit. A merge of the committed segments that the writer starts when
+    it opens (8 or more segments) treats a delete with that stamp as already applied and
+    drops it: a deleted page's document came back. An empty delete takes the reused stamp."""
+    writer.delete_documents_by_query(_tantivy().Query.term_set_query(_schema(), "pid", []))
+
+
 def _stamp(searcher: Any) -> int | None:
     """The log seq the searcher's index reflects (None: never stamped)."""
     query = _tantivy().Query.term_query(_schema(), "pid", STAMP_PID)
@@ -334,10 +357,6 @@ def _stamp(searcher: Any) -> int | None:
     if not hits:
         return None
     return int(searcher.fast_field_values("seq", [hits[0][1]])[0])
-
-
-def searcher_schema(searcher: Any) -> Any:
-    return _schema(_tantivy())
 
 
 def _top(searcher: Any, query: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
