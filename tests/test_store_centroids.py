@@ -186,13 +186,38 @@ def test_code_roundtrip_keeps_scores_close(codes, bytes_max):
         cz.code_roundtrip(tokens, "3bit")
 
 
-def test_assignment_through_the_centroid_ivf_matches_the_exact_nearest():
+def test_assignment_through_the_centroid_graph_matches_the_exact_nearest():
     rng = np.random.default_rng(3)
     tokens, _ = clustered(300)
     centroids = tokens[rng.choice(len(tokens), 2048, replace=False)]  # data-like, as k-means
-    codes = cz.assign(tokens, centroids)  # K > 1,024: the IVF path
+    codes = cz.assign(tokens, centroids)  # K > 1,024: the HNSW path
     exact = np.argmax(tokens @ centroids.T, axis=1)
     assert np.mean(codes == exact) >= 0.97
+    assert cz.assign_agreement(tokens, centroids) >= 0.97
+    assert np.array_equal(cz.assign(tokens, centroids), codes)  # the same graph every time
+
+
+def test_a_flat_vocabulary_is_assigned_as_well_as_a_clustered_one():
+    """Random directions (no cluster of clusters to route through) at K 4,096."""
+    rng = np.random.default_rng(4)
+    centroids = rng.normal(size=(4096, 32)).astype(np.float32)
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    tokens = centroids[rng.integers(0, 4096, 20_000)] + 0.1 * rng.normal(size=(20_000, 32))
+    tokens = (tokens / np.linalg.norm(tokens, axis=1, keepdims=True)).astype(np.float32)
+    assert cz.assign_agreement(tokens, centroids) >= 0.97
+    scores = tokens @ centroids.T
+    got = scores[np.arange(len(tokens)), cz.assign(tokens, centroids)]
+    assert np.mean(scores.max(axis=1) - got) < 0.01  # a miss lands on a near tie
+
+
+def test_many_centroids_train_in_two_levels(monkeypatch):
+    monkeypatch.setattr(cz, "TWO_LEVEL_MIN_K", 64)
+    tokens, _ = clustered(200)
+    centroids = cz.train_centroids(tokens[: 64 * 40], 100, seed=0, gpu=False)
+    assert centroids.shape == (100, tokens.shape[1])
+    assert np.allclose(np.linalg.norm(centroids, axis=1), 1.0, atol=1e-5)
+    nearest = np.max(tokens @ centroids.T, axis=1)
+    assert np.mean(nearest) > 0.7  # they sit where the tokens are
 
 
 def test_gpu_copy_is_used_when_faiss_sees_gpus_and_skipped_on_error():

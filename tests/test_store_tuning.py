@@ -53,6 +53,19 @@ def test_a_higher_target_never_costs_less_depth_and_reaches_what_it_reports(trai
     assert tuning.recall_at(ranks, high.rerank) >= 0.95
 
 
+def test_the_superset_truth_of_a_large_collection_is_the_exact_truth(trained, monkeypatch):
+    index, tokens, bounds = trained
+    _, qs = tuning.pseudo_queries(tokens, bounds, 100, seed=11)
+    exact = tuning.exact_top(qs, tokens, bounds)
+    superset = tuning.superset_top(index, qs, tokens, bounds)
+    overlap = [len(set(a) & set(b)) / len(a) for a, b in zip(exact, superset, strict=True)]
+    assert np.mean(overlap) >= 0.99
+    monkeypatch.setattr(tuning, "SUPERSET_MIN_PAGES", 1000)  # tune() takes this truth from here
+    monkeypatch.setattr(tuning, "exact_top", None)  # and never runs the full pass
+    chosen = tuning.tune(index, tokens, bounds, target=0.95)
+    assert chosen.reached and chosen.recall >= 0.95
+
+
 def test_depth_for_reads_the_rank_quantile():
     ranks = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8, 99]], dtype=float)
     assert tuning.depth_for(ranks, 0.9) == 9  # 9 of 10 true pages within 9 places

@@ -32,7 +32,9 @@ CODES = ("none", "4bit", "2bit")
 RETRAIN_GROWTH = 4
 TRAIN_POINTS_PER_CENTROID = 40
 HEAVY_CELL_CAP = 8.0  # a cell holding over 8x the mean share of tokens is split
-EXACT_ASSIGN_MAX_K = 1024  # above, tokens are assigned through an IVF over the centroids
+EXACT_ASSIGN_MAX_K = 1024  # above, tokens are assigned through an HNSW graph over the centroids
+HNSW_M, HNSW_EF_BUILD, HNSW_EF_SEARCH = 32, 80, 16
+TWO_LEVEL_MIN_K = 8192  # from here k-means runs in two levels (`_two_level`)
 _ASSIGN_CHUNK = 1 << 17
 DENSE_STAGE_RATIO = 4  # dense candidate stage while tokens × pages ≤ 4 × entries read
 _GROUP_FLOATS = 1 << 24  # bound of the [query tokens, touched pages] buffer of `touched_scores`
@@ -111,6 +113,8 @@ def train_centroids(
     k = max(1, min(k, len(x)))
     if gpu is None:
         gpu = _gpu_count(faiss) > 0
+    if k >= TWO_LEVEL_MIN_K and not gpu:
+        return _normalise(_two_level(x, k, seed=seed, niter=niter))
     km = faiss.Kmeans(
         x.shape[1],
         k,
@@ -126,6 +130,25 @@ def train_centroids(
     return _normalise(np.asarray(km.centroids, dtype=np.float32).reshape(k, x.shape[1]))
 
 
+def _two_level(x: np.ndarray, k: int, *, seed: int, niter: int) -> np.ndarray:
+    """Two-level k-means (faiss): √K coarse cells, then each cell's tokens split into a share
+    of the K centroids proportional to its size. One flat iteration compares every sample
+    token with all K centroids; here each compares with √K, then with its cell's ~√K, which
+    brings 32,768 centroids from most of an hour on 2 cores to about two minutes."""
+    from faiss.contrib.clustering import two_level_clustering
+
+    centroids, _ = two_level_clustering(
+        x,
+        max(1, int(math.sqrt(k))),
+        k,
+        clustering_niter=niter,
+        spherical=True,
+        seed=seed,
+        min_points_per_centroid=1,  # cells of uneven size: no warning per small cell
+    )
+    return np.asarray(centroids, dtype=np.float32).reshape(k, x.shape[1])
+
+
 def training_sample(n_tokens: int, k: int, *, seed: int = 0) -> np.ndarray:
     """Sorted token rows to train K centroids on (at most 40 per centroid)."""
     n = min(n_tokens, TRAIN_POINTS_PER_CENTROID * k)
@@ -136,34 +159,54 @@ def training_sample(n_tokens: int, k: int, *, seed: int = 0) -> np.ndarray:
 def assign(tokens: np.ndarray, centroids: np.ndarray, *, chunk: int = _ASSIGN_CHUNK) -> np.ndarray:
     """Nearest centroid (max inner product) of every token, in chunks bounding fp32 copies.
 
-    Above 1,024 centroids the search goes through an IVF over the centroids (2√K lists, 8 of
-    them probed): at 4,096 centroids on real-token pages 3-4× faster than exact and the same
-    centroid for 98.9% of tokens (√K lists with 8 probed: 2-3× and 99.3%; measured here on a
-    loaded 2-core machine); a near-miss only moves a token to a neighbouring cell, which the
-    query's probes mostly cover."""
+    Up to 1,024 centroids, or on a GPU, every token is compared with every centroid. Above,
+    on the CPU, tokens walk an HNSW graph over the centroids (`centroid_graph`): at 16,384
+    centroids 5-12x faster than comparing with all of them and the exact nearest centroid
+    for 99.1-99.3% of tokens on real-token pages and on a flat vocabulary alike, where a
+    near-miss costs 0.002 of inner product (an IVF over the centroids agreed 89%, grouping
+    the centroids by a k-means over them 57-91%). See `assign_agreement`."""
     import faiss
 
     c = np.ascontiguousarray(centroids, dtype=np.float32)
-    index: Any
-    if len(c) <= EXACT_ASSIGN_MAX_K:
-        index = faiss.IndexFlatIP(c.shape[1])
-    else:
-        nlist = 2 * int(math.sqrt(len(c)))
-        index = faiss.IndexIVFFlat(
-            faiss.IndexFlatIP(c.shape[1]), c.shape[1], nlist, faiss.METRIC_INNER_PRODUCT
-        )
-        index.cp.niter = 10
-        index.cp.min_points_per_centroid = 16  # 32 centroids per list is plenty here
-        index.train(c)
-        index.nprobe = 8
-    index.add(c)
-    index = _on_gpu(faiss, index)
-    out = np.empty(len(tokens), dtype=code_dtype(len(centroids)))
+    index = centroid_graph(c) if len(c) > EXACT_ASSIGN_MAX_K else None
+    if index is None or _gpu_count(faiss) > 0:
+        index = _on_gpu(faiss, faiss.IndexFlatIP(c.shape[1]))
+        index.add(c)
+    out = np.empty(len(tokens), dtype=code_dtype(len(c)))
     for start in range(0, len(tokens), chunk):
         part = np.ascontiguousarray(tokens[start : start + chunk], dtype=np.float32)
         _, ids = index.search(part, 1)
         out[start : start + len(part)] = ids[:, 0]
     return out
+
+
+def centroid_graph(centroids: np.ndarray) -> Any:
+    """An HNSW graph over the centroids (faiss), built on one thread so that the same
+    centroids always give the same graph and so the same assignment."""
+    import faiss
+
+    index = faiss.IndexHNSWFlat(centroids.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_BUILD
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    index.hnsw.efSearch = HNSW_EF_SEARCH
+    return index
+
+
+def assign_agreement(tokens: np.ndarray, centroids: np.ndarray, sample: int = 20_000) -> float:
+    """Share of a token sample that `assign` gives the exact nearest centroid."""
+    rng = np.random.default_rng(0)
+    rows = np.sort(rng.choice(len(tokens), size=min(sample, len(tokens)), replace=False))
+    x = np.asarray(tokens[rows], dtype=np.float32)
+    c = np.ascontiguousarray(centroids, dtype=np.float32)
+    exact = np.concatenate(
+        [np.argmax(x[i : i + 4096] @ c.T, axis=1) for i in range(0, len(x), 4096)]
+    )
+    return float(np.mean(assign(x, c).astype(np.int64) == exact))
 
 
 def split_heavy_cells(
