@@ -133,8 +133,9 @@ def train_centroids(
 def _two_level(x: np.ndarray, k: int, *, seed: int, niter: int) -> np.ndarray:
     """Two-level k-means (faiss): √K coarse cells, then each cell's tokens split into a share
     of the K centroids proportional to its size. One flat iteration compares every sample
-    token with all K centroids; here each compares with √K, then with its cell's ~√K, which
-    brings 32,768 centroids from most of an hour on 2 cores to about two minutes."""
+    token with all K centroids; here each compares with √K, then with its cell's ~√K: 32,768
+    centroids on 1.3M points took 10-15 s on 2 quiet cores (99 s at load 5), where flat k-means
+    had not finished after 47 minutes."""
     from faiss.contrib.clustering import two_level_clustering
 
     centroids, _ = two_level_clustering(
