@@ -171,11 +171,23 @@ def assign(tokens: np.ndarray, centroids: np.ndarray, *, chunk: int = _ASSIGN_CH
     import faiss
 
     c = np.ascontiguousarray(centroids, dtype=np.float32)
-    index = centroid_graph(c) if len(c) > EXACT_ASSIGN_MAX_K else None
-    if index is None or _gpu_count(faiss) > 0:
-        index = _on_gpu(faiss, faiss.IndexFlatIP(c.shape[1]))
-        index.add(c)
-    out = np.empty(len(tokens), dtype=code_dtype(len(c)))
+    if len(c) > EXACT_ASSIGN_MAX_K and _gpu_count(faiss) == 0:
+        return _nearest(centroid_graph(c), tokens, len(c), chunk)
+    return _nearest(_flat_index(c), tokens, len(c), chunk)
+
+
+def _flat_index(centroids: np.ndarray) -> Any:
+    """Every centroid compared with every token (on a GPU when faiss sees one)."""
+    import faiss
+
+    index = _on_gpu(faiss, faiss.IndexFlatIP(centroids.shape[1]))
+    index.add(centroids)
+    return index
+
+
+def _nearest(index: Any, tokens: np.ndarray, k: int, chunk: int = _ASSIGN_CHUNK) -> np.ndarray:
+    """The centroid ``index`` finds nearest to each token, in chunks bounding fp32 copies."""
+    out = np.empty(len(tokens), dtype=code_dtype(k))
     for start in range(0, len(tokens), chunk):
         part = np.ascontiguousarray(tokens[start : start + chunk], dtype=np.float32)
         _, ids = index.search(part, 1)
@@ -206,10 +218,8 @@ def assign_agreement(tokens: np.ndarray, centroids: np.ndarray, sample: int = 20
     rows = np.sort(rng.choice(len(tokens), size=min(sample, len(tokens)), replace=False))
     x = np.asarray(tokens[rows], dtype=np.float32)
     c = np.ascontiguousarray(centroids, dtype=np.float32)
-    exact = np.concatenate(
-        [np.argmax(x[i : i + 4096] @ c.T, axis=1) for i in range(0, len(x), 4096)]
-    )
-    return float(np.mean(assign(x, c).astype(np.int64) == exact))
+    exact = _nearest(_flat_index(c), x, len(c))
+    return float(np.mean(assign(x, c) == exact))
 
 
 def split_heavy_cells(

@@ -344,9 +344,10 @@ def _skip_reused_opstamp(writer: Any) -> None:
     """Spend the operation stamp a fresh (or rolled-back) tantivy writer hands out first.
 
     Such a writer starts from the last commit's opstamp, so its first operation carries the
-    same stamp as that commit. A merge of the committed segments that the writer starts when
-    it opens (8 or more segments) treats a delete with that stamp as already applied and
-    drops it: a deleted page's document came back. An empty delete takes the reused stamp."""
+    same stamp as that commit, and a delete with a stamp tantivy may count as already applied
+    can be skipped. A random-kill test once found a deleted page's document back after the
+    next writer's catch-up (whose first operation is a delete); this was traced to that reuse,
+    though no deterministic reproduction is kept. An empty delete takes the reused stamp."""
     writer.delete_documents_by_query(_tantivy().Query.term_set_query(_schema(), "pid", []))
 
 
