@@ -58,6 +58,13 @@ class _Bar:
             self.progress.advance(self.tasks[stage], n)
 
 
+def _versus_fixed(versus: dict | None) -> str:
+    """An adaptive row's difference from its fixed twin, with the paired 90% interval."""
+    if not versus:
+        return ""
+    return f"{versus['difference']:+.3f} ({versus['low']:+.3f}, {versus['high']:+.3f})"
+
+
 def print_table(result: dict, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
@@ -71,6 +78,9 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
     if with_codes:
         cols[1:1] = ["codes"]
         cols.append("size/fp16 full")
+    with_budgets = any("vs_fixed" in row for row in result["results"])
+    if with_budgets:
+        cols.append("vs fixed (90%)")
     for col in cols:
         table.add_column(col, justify="left" if col == "method" else "right")
     first = ["uncompressed", "fp16", "1"] if with_codes else ["uncompressed", "1"]
@@ -83,6 +93,7 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
         "1.000",
         "1.000",
         *(["1.000"] if with_codes else []),
+        *([""] if with_budgets else []),
     )
     for row in result["results"]:
         head = [row["method"], row.get("codes", "fp16")] if with_codes else [row["method"]]
@@ -96,6 +107,7 @@ def print_table(result: dict, console) -> None:  # noqa: ANN001
             f"{row['retention@10']:.3f}",
             f"{row['sr']:.3f}",
             *([f"1/{1 / row['size_vs_fp16_full']:.0f}"] if with_codes else []),
+            *([_versus_fixed(row.get("vs_fixed"))] if with_budgets else []),
         )
     console.print(table)
 

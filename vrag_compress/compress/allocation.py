@@ -14,12 +14,17 @@ own token vectors, so it works for every method and every encoder:
   fixed budget (how much of the page the fixed budget leaves uncovered); budgets are
   proportional to it.
 
-Streaming. Without a threshold, each call spreads ``round(ratio * sum(N))`` of its own pages
+The total is what the fixed budget would spend on the same pages, ``sum(ceil(ratio * N))``
+(`fixed_total`): the adaptive budget moves vectors between pages, it never spends more than the
+fixed budget nor less, so the two are compared at equal storage.
+
+Streaming. Without a threshold, each call spreads the fixed total of its own pages
 (a batch of ``compress_many``, one commit batch of an index): every batch and every later ``add``
-spends exactly its share, so the index-level average stays at ``ratio`` whatever the batching;
-a page's budget then depends on its batch. ``fit(pages)`` instead calibrates a threshold on
-sample pages (as ``adaptive-eos`` calibrates kappa): pages are then budgeted one by one,
-independently of their batch, and the average is ``ratio`` on pages like the calibration ones.
+spends exactly what the fixed budget would, so the index-level average stays at the fixed
+budget's whatever the batching; a page's budget then depends on its batch. ``fit(pages)``
+instead calibrates a threshold on sample pages (as ``adaptive-eos`` calibrates kappa): pages
+are then budgeted one by one, independently of their batch, and the average is the fixed
+budget's on pages like the calibration ones.
 """
 
 from __future__ import annotations
@@ -81,6 +86,16 @@ def coverage_curve(vectors: np.ndarray, k_max: int) -> np.ndarray:
     return errors
 
 
+def fixed_count(ratio: float, n_tokens: int) -> int:
+    """The fixed budget of one page: ``max(1, ceil(ratio * N))``, never more than N."""
+    return min(n_tokens, max(1, math.ceil(ratio * n_tokens - 1e-9)))
+
+
+def fixed_total(ratio: float, lengths: Sequence[int]) -> int:
+    """What the fixed budget spends on pages of these lengths: the adaptive budget's total."""
+    return sum(fixed_count(ratio, n) for n in lengths)
+
+
 def _page_signals(rule: BudgetRule, pages: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per page: the gains above its floor (coverage) or a one-element array (error)."""
     out = []
@@ -90,7 +105,7 @@ def _page_signals(rule: BudgetRule, pages: Sequence[np.ndarray]) -> list[np.ndar
             curve = coverage_curve(x, high)
             out.append(curve[low - 1 : high - 1] - curve[low:high])
         else:
-            fixed = min(len(x), max(1, math.ceil(rule.ratio * len(x) - 1e-9)))
+            fixed = fixed_count(rule.ratio, len(x))
             out.append(np.array([len(x) * coverage_curve(x, fixed)[-1]]))
     return out
 
@@ -107,8 +122,8 @@ def _counts(rule: BudgetRule, pages: Sequence[np.ndarray], signals, threshold: f
 
 
 def _batch_threshold(rule: BudgetRule, pages: Sequence[np.ndarray], signals) -> float:
-    """The threshold whose budgets over ``pages`` add up to ``round(ratio * sum(N))``."""
-    total = round(rule.ratio * sum(len(x) for x in pages))
+    """The threshold whose budgets over ``pages`` add up to their `fixed_total`."""
+    total = fixed_total(rule.ratio, [len(x) for x in pages])
     if rule.signal == "coverage":
         floors = sum(rule.bounds(len(x))[0] for x in pages)
         gains = np.sort(np.concatenate([*signals, np.empty(0)]))[::-1]
@@ -130,7 +145,7 @@ def _batch_threshold(rule: BudgetRule, pages: Sequence[np.ndarray], signals) -> 
 
 def allocate(rule: BudgetRule, pages: Sequence[np.ndarray]) -> list[int]:
     """Vectors to keep per page ([N_i, D] unit rows): by the calibrated threshold when the rule
-    has one, else spreading ``round(ratio * sum(N))`` over these pages."""
+    has one, else spreading these pages' `fixed_total` over them."""
     if not pages:
         return []
     signals = _page_signals(rule, pages)
@@ -144,8 +159,8 @@ def allocate(rule: BudgetRule, pages: Sequence[np.ndarray]) -> list[int]:
 
 def _exact_counts(rule: BudgetRule, pages: Sequence[np.ndarray], signals, threshold) -> list[int]:
     """Counts at ``threshold`` with ties at it broken by page order, so a batch spends exactly
-    its share (floors and caps permitting)."""
-    total = round(rule.ratio * sum(len(x) for x in pages))
+    its fixed total (floors and caps permitting)."""
+    total = fixed_total(rule.ratio, [len(x) for x in pages])
     above = [int(np.count_nonzero(s > threshold)) for s in signals]
     tied = [int(np.count_nonzero(s == threshold)) for s in signals]
     counts = [rule.bounds(len(x))[0] + a for x, a in zip(pages, above, strict=True)]
@@ -158,7 +173,7 @@ def _exact_counts(rule: BudgetRule, pages: Sequence[np.ndarray], signals, thresh
 
 
 def fit_threshold(rule: BudgetRule, pages: Sequence[np.ndarray]) -> float:
-    """The threshold that spends ``ratio`` of the tokens of ``pages`` (calibration pages)."""
+    """The threshold that spends the fixed total of ``pages`` (calibration pages)."""
     if not pages:
         raise CompressionError("an adaptive budget is calibrated on at least one page")
     signals = _page_signals(rule, pages)

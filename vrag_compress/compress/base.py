@@ -4,14 +4,19 @@ shares and `BaseCompressor`, the easy way to satisfy the protocol."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from vrag_compress.compress.allocation import BUDGETS, BudgetRule, allocate, fit_threshold
+from vrag_compress.compress.allocation import (
+    BUDGETS,
+    BudgetRule,
+    allocate,
+    fit_threshold,
+    fixed_count,
+)
 from vrag_compress.compress.budget_check import (
     CHECK_MIN_PAGES,
     BudgetCheck,
@@ -52,7 +57,7 @@ def budget(n_tokens: int, ratio: float) -> int:
         raise CompressionError(f"ratio must be in (0, 1], got {ratio}")
     if n_tokens <= 0:
         raise CompressionError("a page with 0 tokens cannot be compressed")
-    return min(n_tokens, max(1, math.ceil(ratio * n_tokens - 1e-9)))
+    return fixed_count(ratio, n_tokens)
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ collection's own pages, without labels:
 - pseudo-queries: a span of each sampled page's own tokens (``SPAN_TOKENS``, at most a third
   of the page) is its query and is removed from the page (inverse cloze on vectors, the same
   pseudo-queries the estimate uses for pages without text);
-- the pages are compressed with the adaptive budget and with the fixed shares (same total);
+- the pages are compressed with the adaptive budget and with the fixed budget (same total);
 - each budget's pseudo-NDCG@10 is computed with graded pseudo-relevance (the query's own page
   gain 2, the ``NEIGHBOURS`` pages nearest to it by the cosine of their mean vectors gain 1).
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vrag_compress.compress.allocation import fixed_count
 from vrag_compress.encoders.base import PageEncoding
 
 CHECK_MIN_PAGES = 50
@@ -52,23 +53,10 @@ class BudgetCheck:
 
 
 def fixed_shares(ratio: float, lengths: Sequence[int]) -> list[int]:
-    """The fixed budget ``ratio * N`` per page, rounded so the pages spend exactly
-    ``round(ratio * sum(N))`` (largest remainders get the extra vector), at least 1 and at most
-    N per page: the fallback of an adaptive budget, which never spends more than asked."""
-    if not lengths:
-        return []
-    exact = np.array([ratio * n for n in lengths], dtype=np.float64)
-    counts = np.clip(np.floor(exact + 1e-9).astype(np.int64), 1, np.array(lengths))
-    room = round(ratio * sum(lengths)) - int(counts.sum())
-    if room > 0:
-        order = np.argsort(-(exact - np.floor(exact + 1e-9)), kind="stable")
-        for i in order:
-            if room == 0:
-                break
-            if counts[i] < lengths[i]:
-                counts[i] += 1
-                room -= 1
-    return [int(c) for c in counts]
+    """The fixed budget per page, ``max(1, ceil(ratio * N))``: what an adaptive budget falls
+    back to. Its total is the adaptive budget's own (`fixed_total`), so falling back changes
+    where the vectors go, never how many."""
+    return [fixed_count(ratio, n) for n in lengths]
 
 
 def span_queries(

@@ -367,6 +367,7 @@ def run_retention(
     if keep_scores is not None:
         keep_scores("uncompressed", full, eval_ids)
     results = []
+    per_query: dict[tuple[str, float], np.ndarray] = {}
     if progress:
         progress("start:compressing + scoring", len(specs) * len(ratios))
     for spec in specs:
@@ -386,6 +387,8 @@ def run_retention(
                 row["realised_ratio"] = row["tokens_per_doc"] / _mean_full_tokens(corpus)
                 if check is not None:
                     row["budget_check"] = check
+                if code == "fp16":
+                    per_query[(spec.label, ratio)] = _per_query_ndcg(scored, eval_ids)
                 if list(codes) != ["fp16"]:
                     row["codes"] = code
                     row["bytes_per_token"] = round(per_token, 2)
@@ -397,6 +400,7 @@ def run_retention(
                 results.append(row)
             if progress:
                 progress("compressing + scoring", 1)
+    compare_budgets(specs, results, per_query, _per_query_ndcg(full, eval_ids), seed)
     return {
         "dataset": dataset.name,
         "encoder": corpus.model_id,
@@ -415,6 +419,69 @@ def run_retention(
         "n_layers": corpus.n_layers,
         "tokens_per_doc_full": float(np.mean([p.n_tokens for p in corpus.pages])),
     }
+
+
+def _per_query_ndcg(scored: Scored, eval_ids: Sequence[str]) -> np.ndarray:
+    return np.array([scored.per_query["ndcg@10"][q] for q in eval_ids])
+
+
+def fixed_twin(spec: MethodSpec) -> str | None:
+    """The label of the same method with the fixed budget (its spec without ``budget`` and
+    the ``budget_*`` parameters), for a spec with ``budget=adaptive``; else None."""
+    if spec.params.get("budget") != "adaptive":
+        return None
+    kept = [
+        part
+        for part in spec.label.split(":")[1:]
+        if not part.split("=", 1)[0].strip().startswith("budget")
+    ]
+    return ":".join([spec.name, *kept])
+
+
+def compare_budgets(
+    specs: Sequence[MethodSpec],
+    results: list[dict[str, Any]],
+    per_query: dict[tuple[str, float], np.ndarray],
+    full: np.ndarray,
+    seed: int,
+) -> None:
+    """Give each adaptive-budget row whose fixed twin ran too (same method and ratio) a
+    ``vs_fixed`` block: the retention@10 difference, its paired 90% bootstrap interval over
+    the evaluation queries, and whether the adaptive budget is within that noise of fixed or
+    better (the interval reaches 0 or above)."""
+    twins = {spec.label: fixed_twin(spec) for spec in specs}
+    for row in results:
+        twin = twins.get(row["method"])
+        key, other = (row["method"], row["ratio"]), (twin, row["ratio"])
+        if twin is None or "codes" in row and row["codes"] != "fp16" or other not in per_query:
+            continue
+        difference, low, high = paired_difference(per_query[key], per_query[other], full, seed)
+        row["vs_fixed"] = {
+            "method": twin,
+            "difference": difference,
+            "low": low,
+            "high": high,
+            "within_noise_or_better": bool(high >= 0.0),
+        }
+
+
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, full: np.ndarray, seed: int = 0, level: float = 0.9
+) -> tuple[float, float, float]:
+    """Retention of ``a`` minus retention of ``b`` (per-query NDCG over the same queries, both
+    against ``full``) and its paired bootstrap interval at ``level``."""
+    from vrag_compress.estimate import BOOTSTRAP
+
+    total = float(full.mean())
+    if total <= 0 or len(full) < 2:
+        return math.nan, math.nan, math.nan
+    draws = np.random.default_rng(seed).integers(0, len(full), (BOOTSTRAP, len(full)))
+    means = full[draws].mean(axis=1)
+    usable = means > 0
+    diffs = (a[draws[usable]].mean(axis=1) - b[draws[usable]].mean(axis=1)) / means[usable]
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(diffs, [tail, 1.0 - tail])
+    return float((a.mean() - b.mean()) / total), float(low), float(high)
 
 
 def _stored_vectors(
