@@ -21,6 +21,7 @@ from vrag_compress.estimate import (
     estimate_pages,
     estimate_retention,
     image_queries,
+    keyword_splits,
     lead_splits,
     pseudo_splits,
     retention_interval,
@@ -372,20 +373,47 @@ def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
 
     pseudo = token_span_queries(pages(), np.random.default_rng(1))
     first = estimate_pages(pseudo, ["random"], [0.1]).profile["own_first"]
-    here = estimate.Validated("here", 60.0, first, 0.04)
-    assert "within ±0.06" in estimate_pages(pseudo, ["random"], [0.1]).notes[0]  # Cranfield's
-    monkeypatch.setattr(estimate, "VALIDATED", (here,))
+    notes = estimate_pages(pseudo, ["random"], [0.1]).notes
+    # span queries were never validated: every collection's largest error, and a bias note
+    assert "within ±0.14" in notes[0] and "'tokens', validated with keyword and lead" in notes[1]
+    monkeypatch.setattr(estimate, "VALIDATED", (estimate.Validated("here", 60.0, first, 0.04),))
     result = estimate_pages(pseudo, ["random"], [0.1])
-    # span queries are not the validated lead queries: the bias note says so
     assert "within ±0.04" in result.notes[0] and "bias:" in result.notes[1]
-    assert "'tokens', validated with 'lead'" in result.notes[1]
-    monkeypatch.setattr(estimate, "DEFAULT_QUERY_KIND", "tokens")
-    assert len(estimate.bias_notes(result)) == 1  # the same profile: no bias note
-    far = estimate.Validated("far", 600.0, first - 0.5, 0.04)
+    assert "'tokens', validated with lead" in result.notes[1]
+    same = estimate.Validated("here", 60.0, first, 0.04, "tokens")
+    monkeypatch.setattr(estimate, "VALIDATED", (same,))
+    assert len(estimate.bias_notes(result)) == 1  # the same kind and profile: no bias note
+    far = estimate.Validated("far", 600.0, first - 0.5, 0.04, "tokens")
     monkeypatch.setattr(estimate, "VALIDATED", (far,))
     note = estimate.bias_notes(result)[1]
     assert "tokens per page, validated on 600-600" in note and "rank their own page" in note
     assert json.loads(result.to_json())["profile"] == result.profile
+
+
+def test_each_query_kind_names_the_other_when_users_ask_differently():
+    from vrag_compress import estimate
+
+    pseudo = token_span_queries(pages(), np.random.default_rng(1))
+    result = estimate_pages(pseudo, ["random"], [0.1])
+    for kind, other in (("lead", "--queries keyword"), ("keyword", "--queries lead")):
+        result.query_kind = kind
+        base = estimate.bias_notes(result)[0]
+        assert base.startswith(f"validated with {kind} pseudo-queries") and other in base
+
+
+def test_a_keyword_search_is_the_rarest_words_another_page_shares_left_in_the_page():
+    texts = [
+        "Boundary layer transition on a swept wing, measured in the wind tunnel.",
+        "Wind tunnel tests of a swept wing at supersonic speed.",
+        "Transition of the boundary layer behind a roughness element.",
+        "",
+    ]
+    splits = keyword_splits(texts)
+    # every word the first two pages share is on 2 of the 4 pages: the earliest two win
+    assert splits[0] == ("boundary layer", texts[0])
+    assert splits[1] == ("wind tunnel", texts[1])
+    assert splits[3] is None  # nothing to share: the page only joins the pool
+    assert pseudo_splits(texts, "keyword", np.random.default_rng(0)) == (splits, set())
 
 
 def test_bench_estimate_halves_split_the_judged_queries_and_recompute_retention():

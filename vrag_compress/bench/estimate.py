@@ -202,7 +202,7 @@ def estimate(
     ratios: str = typer.Option("0.25 0.1 0.05", help="keep ratios, space/comma separated"),
     sample: int = typer.Option(400, help="corpus pages the estimate samples"),
     draws: int = typer.Option(1, min=1, help="page samples (seeds seed, seed+1, ...) averaged"),
-    queries: str = typer.Option("lead", help="pseudo-queries: 'lead' or 'sentence'"),
+    queries: str = typer.Option("lead", help="pseudo-queries: 'lead', 'keyword' or 'sentence'"),
     neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),
     relevance: str = typer.Option(
         DEFAULT_RELEVANCE, help="'own': the own page counts (gain 2); 'away': left out"

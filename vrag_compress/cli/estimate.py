@@ -89,8 +89,9 @@ def estimate(
     ),
     queries: str = typer.Option(
         "lead",
-        help="Pseudo-queries: 'lead' (each page's title, heading or first sentence) or "
-        "'sentence' (a random sentence; runs low).",
+        help="Pseudo-queries like your users' queries: 'lead' (each page's title, heading or "
+        "first sentence: topical questions), 'keyword' (two rare words the page shares with "
+        "other pages: name, tag and keyword lookups) or 'sentence' (a random sentence).",
     ),
     relevance: str = typer.Option(
         "own",
