@@ -200,6 +200,25 @@ def test_estimate_runs_on_an_index(tiny_index: Path):
     assert data["n_pages"] == 10 and data["query_kind"] == "tokens"  # figures: no text layer
 
 
+def test_both_query_styles_put_keyword_lookups_beside_questions(shared_data, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder)
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder)
+    args = ["estimate", str(folder), "--ratios", "0.25", "--methods", "random"]
+    args += ["--model", "tiny-colqwen2", "--device", "cpu", "--queries", "both"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    assert "keyword lookups" in table.stdout and "keyword column:" in table.stdout
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    row = data["rows"][0]
+    assert data["query_kind"] == "lead"
+    assert row["keyword_low"] <= row["keyword"] <= row["keyword_high"]
+    single = json.loads(runner.invoke(app, [*args[:-1], "keyword", "--json"]).stdout)
+    assert single["query_kind"] == "keyword" and single["rows"][0]["estimated"] == row["keyword"]
+    assert single["rows"][0]["keyword"] is None
+
+
 def test_estimate_runs_on_a_folder_of_documents(shared_data: Path, tmp_path: Path):
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -217,7 +236,7 @@ def test_estimate_runs_on_a_folder_of_documents(shared_data: Path, tmp_path: Pat
     [
         (["--ratios", "1.5"], "keep ratios must be in"),
         (["--methods", "nosuch"], "unknown method"),
-        (["--queries", "title"], "choose lead or sentence"),
+        (["--queries", "title"], "choose lead, sentence, keyword, both"),
     ],
 )
 def test_bad_usage_exits_2(tiny_index: Path, args: list[str], message: str):

@@ -53,15 +53,21 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
         f"({result.query_kind}) · {result.encoder}"
     )
     columns = ("method", "ratio", "vectors/page", "estimated retention@10", "90% interval")
-    for col in (*columns, "SR", "top-10 kept"):
+    both = any(row.keyword is not None for row in result.rows)
+    keyword = ("keyword lookups (90%)",) if both else ()
+    for col in (*columns, *keyword, "SR", "top-10 kept"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in result.rows:
+        lookups = (
+            (f"{row.keyword:.3f} ({row.keyword_low:.3f}-{row.keyword_high:.3f})",) if both else ()
+        )
         table.add_row(
             row.method,
             f"{row.ratio:g}",
             f"{row.tokens_per_page:.1f}",
             f"{row.estimated:.3f}",
             f"{row.low:.3f}-{row.high:.3f}",
+            *lookups,
             f"{row.sr:.3f}",
             f"{row.rank_agreement:.3f}",
         )
@@ -91,7 +97,8 @@ def estimate(
         "lead",
         help="Pseudo-queries like your users' queries: 'lead' (each page's title, heading or "
         "first sentence: topical questions), 'keyword' (two rare words the page shares with "
-        "other pages: name, tag and keyword lookups) or 'sentence' (a random sentence).",
+        "other pages: name, tag and keyword lookups), 'both' (lead, with keyword beside it: "
+        "the range between the two) or 'sentence' (a random sentence).",
     ),
     relevance: str = typer.Option(
         "own",
@@ -108,15 +115,21 @@ def estimate(
     sampled pages it shows the table but recommends nothing (the intervals are too wide)."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import ModelNotFoundError
-    from vrag_compress.estimate import QUERY_KINDS, RELEVANCE, EstimateError, estimate_retention
+    from vrag_compress.estimate import (
+        BOTH,
+        QUERY_CHOICES,
+        RELEVANCE,
+        EstimateError,
+        estimate_retention,
+    )
     from vrag_compress.index import VisualIndexError
     from vrag_compress.store import StoreError
 
     ratio_list = parse_ratios(ratios)
     method_list = check_methods(methods)
-    if queries not in QUERY_KINDS:
+    if queries not in QUERY_CHOICES:
         raise typer.BadParameter(
-            f"choose {' or '.join(QUERY_KINDS)}, got {queries!r}", param_hint="--queries"
+            f"choose {', '.join(QUERY_CHOICES)}, got {queries!r}", param_hint="--queries"
         )
     if relevance not in RELEVANCE:
         raise typer.BadParameter(
@@ -125,7 +138,9 @@ def estimate(
     if not source.exists():
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
     try:
-        with _steps(len(method_list) * len(ratio_list) + 1, enabled=not json_out) as step:
+        kinds = 2 if queries == BOTH else 1
+        steps = kinds * (len(method_list) * len(ratio_list) + 1)
+        with _steps(steps, enabled=not json_out) as step:
             result = estimate_retention(
                 source,
                 methods=method_list,
