@@ -453,7 +453,7 @@ def compare_budgets(
     for row in results:
         twin = twins.get(row["method"])
         key, other = (row["method"], row["ratio"]), (twin, row["ratio"])
-        if twin is None or "codes" in row and row["codes"] != "fp16" or other not in per_query:
+        if twin is None or row.get("codes", "fp16") != "fp16" or other not in per_query:
             continue
         difference, low, high = paired_difference(per_query[key], per_query[other], full, seed)
         row["vs_fixed"] = {
