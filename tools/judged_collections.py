@@ -1,4 +1,4 @@
-"""Judged collections for checking the estimate and the adaptive budget off Cranfield (issue 26).
+"""Judged collections to check the estimate and the adaptive budget on, off Cranfield.
 
 Only PyPI, npm and Debian are reachable here, and no other judged retrieval collection ships in
 them, so these are built from what is (docs/retention.md, "Which queries"):
