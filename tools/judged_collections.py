@@ -27,6 +27,8 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
+from vrag_compress.bench.beir import read_jsonl
+
 SENTENCE = re.compile(r"(?<=[.?!])\s+")
 MIN_DOC_WORDS = 10
 MIN_TAG_DOCS = 3
@@ -44,14 +46,10 @@ def _write_beir(out: Path, docs: list[dict], queries: list[dict], qrels: list[tu
     (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + lines)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def cranfield_variants(src: Path, out: Path) -> list[Path]:
     """``out/cran_short`` and ``out/cran_body``: Cranfield's queries and judgments, other pages."""
-    docs = _read_jsonl(src / "corpus.jsonl")
-    queries = _read_jsonl(src / "queries.jsonl")
+    docs = read_jsonl(src / "corpus.jsonl")
+    queries = read_jsonl(src / "queries.jsonl")
     rows = (src / "qrels.tsv").read_text().splitlines()[1:]
     qrels = [tuple(r.split("\t")) for r in rows if r.strip()]
     written = []

@@ -469,19 +469,15 @@ def paired_difference(
     a: np.ndarray, b: np.ndarray, full: np.ndarray, seed: int = 0, level: float = 0.9
 ) -> tuple[float, float, float]:
     """Retention of ``a`` minus retention of ``b`` (per-query NDCG over the same queries, both
-    against ``full``) and its paired bootstrap interval at ``level``."""
-    from vrag_compress.estimate import BOOTSTRAP
+    against ``full``) and its paired bootstrap interval at ``level``: the retention interval of
+    the per-query differences, since mean(a) - mean(b) = mean(a - b)."""
+    from vrag_compress.estimate import retention_interval
 
     total = float(full.mean())
     if total <= 0 or len(full) < 2:
         return math.nan, math.nan, math.nan
-    draws = np.random.default_rng(seed).integers(0, len(full), (BOOTSTRAP, len(full)))
-    means = full[draws].mean(axis=1)
-    usable = means > 0
-    diffs = (a[draws[usable]].mean(axis=1) - b[draws[usable]].mean(axis=1)) / means[usable]
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(diffs, [tail, 1.0 - tail])
-    return float((a.mean() - b.mean()) / total), float(low), float(high)
+    low, high = retention_interval(a - b, full, seed, level)
+    return float((a.mean() - b.mean()) / total), low, high
 
 
 def _stored_vectors(
