@@ -198,6 +198,37 @@ def test_estimate_runs_on_an_index(tiny_index: Path):
         ("random", 0.1),
     ]
     assert data["n_pages"] == 10 and data["query_kind"] == "tokens"  # figures: no text layer
+    assert data["collection_pages"] == 10  # the sample is the whole index
+
+
+def test_the_estimate_predicts_rankings_in_the_whole_index(tiny_index: Path):
+    args = ["estimate", str(tiny_index), "--ratios", "0.1", "--methods", "random", "--json"]
+    args += ["--sample", "6", "--neighbours", "0"]
+    scaled = json.loads(runner.invoke(app, args).stdout)
+    assert scaled["n_pages"] == 6 and scaled["collection_pages"] == 10
+    alone = json.loads(runner.invoke(app, [*args, "--sample-only"]).stdout)
+    assert alone["collection_pages"] == 6
+    assert scaled["rows"][0]["estimated"] != alone["rows"][0]["estimated"]
+
+
+def test_a_larger_collection_pushes_relevant_pages_down_as_the_sample_predicts():
+    from vrag_compress.compress.budget_check import ndcg_at
+    from vrag_compress.estimate import collection_ndcg
+
+    # one relevant page (gain 2) with one of its two sampled distractors above it
+    scores, gains = np.array([[0.5, 0.9, 0.1]]), np.array([[2.0, 0.0, 0.0]])
+    assert collection_ndcg(scores, gains, 3) == pytest.approx(ndcg_at(scores, gains))
+    # two unsampled pages, each above it with chance 1/2: rank 2, 3 or 4 (1/4, 1/2, 1/4)
+    expected = 0.25 / np.log2(3) + 0.5 / np.log2(4) + 0.25 / np.log2(5)
+    assert collection_ndcg(scores, gains, 5) == pytest.approx([expected])
+    # no sampled page above it: it stays first however large the collection
+    first = np.array([[0.95, 0.9, 0.1]])
+    assert collection_ndcg(first, gains, 10_000) == pytest.approx([1.0])
+    # more pages never lift a ranking, and a page with all distractors above drops out of the top
+    rng = np.random.default_rng(0)
+    many, graded = rng.random((20, 50)), (rng.random((20, 50)) < 0.1) * 1.0
+    sizes = [collection_ndcg(many, graded, n).mean() for n in (50, 100, 500, 5000)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0]
 
 
 def test_both_query_styles_put_keyword_lookups_beside_questions(shared_data, tmp_path):
@@ -250,7 +281,7 @@ def test_a_missing_source_exits_2(tmp_path: Path):
 
 
 def test_pseudo_relevance_grades_the_own_page_and_its_nearest_pages():
-    from vrag_compress.estimate import _ndcg, pseudo_gains
+    from vrag_compress.estimate import collection_ndcg, pseudo_gains
 
     pool = pages(3, n_pages=8)
     gains = pseudo_gains(pool, [0, 5], neighbours=2)
@@ -259,9 +290,9 @@ def test_pseudo_relevance_grades_the_own_page_and_its_nearest_pages():
     only_own = pseudo_gains(pool, [0, 5], neighbours=0)
     assert only_own.sum() == 4.0
     ideal = gains + 0.001 * np.arange(8)[::-1]  # a ranking that follows the gains is ideal
-    assert _ndcg(ideal, gains) == pytest.approx([1.0, 1.0])
+    assert collection_ndcg(ideal, gains, 8) == pytest.approx([1.0, 1.0])
     worst = -gains
-    assert (_ndcg(worst, gains) < 0.5).all()
+    assert (collection_ndcg(worst, gains, 8) < 0.5).all()
 
 
 def _copy(index: Path, tmp_path: Path) -> Path:
@@ -339,8 +370,9 @@ def test_a_folder_sample_renders_only_the_drawn_pages(
         return render(self, page_no)
 
     monkeypatch.setattr(ingest.PdfDocument, "_render", counting)
-    texts, images = _folder_pages(folder, 3, seed=0)
+    texts, images, total = _folder_pages(folder, 3, seed=0)
     assert len(texts) == len(images) == 3 and len(rendered) == 3  # not all 6 pages
+    assert total == 6  # the estimate is scaled to all of them
     assert len(set(rendered)) == 3
     rendered.clear()
     assert len(_folder_pages(folder, 300, seed=0)[0]) == 6 and len(rendered) == 6
@@ -361,7 +393,7 @@ def test_a_bad_ratio_list_names_the_option(tiny_index: Path):
 
 
 def test_away_relevance_leaves_the_own_page_out_of_its_query_ranking():
-    from vrag_compress.estimate import _ndcg, pseudo_gains
+    from vrag_compress.estimate import collection_ndcg, pseudo_gains
 
     pool = pages(3, n_pages=8)
     gains = pseudo_gains(pool, [0, 5], neighbours=2, relevance="away")
@@ -370,8 +402,9 @@ def test_away_relevance_leaves_the_own_page_out_of_its_query_ranking():
     own = pseudo_gains(pool, [0, 5], neighbours=2)
     # missing the own page costs nothing when it is left out: the neighbours first is ideal
     scores = np.where(np.isnan(gains), -10.0, own)
-    assert _ndcg(scores, gains) == pytest.approx([1.0, 1.0])
-    assert (_ndcg(scores, own) < 1.0).all()
+    assert collection_ndcg(scores, gains, 8) == pytest.approx([1.0, 1.0])
+    assert collection_ndcg(scores, gains, 800) == pytest.approx([1.0, 1.0])  # nothing above them
+    assert (collection_ndcg(scores, own, 8) < 1.0).all()
     with pytest.raises(EstimateError, match="relevance must be one of"):
         pseudo_gains(pool, [0], neighbours=2, relevance="nearby")
     with pytest.raises(EstimateError, match="at least 1 neighbour"):

@@ -180,6 +180,9 @@ def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_dat
     )
     assert set(result["same_order"]) == set(result["same_order_settled"]) == {"0.25", "0.1"}
     assert result["estimate"]["query_kind"] == "lead" and result["estimate"]["n_pages"] > 20
+    corpus_size = sum(1 for _ in (folder / "corpus.jsonl").open())
+    # scaled to the encoded corpus (documents with no text are not encoded)
+    assert 30 < result["estimate"]["collection_pages"] <= corpus_size
     uot = rows[("uot", 0.1)]
     assert len(uot["draws"]) == 2 and uot["estimated"] == pytest.approx(np.mean(uot["draws"]))
     assert uot["measured_low"] <= uot["measured"] <= uot["measured_high"]

@@ -213,6 +213,11 @@ def estimate(
         "to choose on one half and report on the other",
     ),
     window: str = typer.Option("auto", help="SAP window of the judged run: 'auto' or layers"),
+    sample_only: bool = typer.Option(
+        False,
+        "--sample-only",
+        help="rank within the sampled pages only, instead of predicting the whole corpus's ranking",
+    ),
     json_out: Path = typer.Option(..., "--json", help="write the rows here"),
     plot: Path | None = typer.Option(None, help="estimated-vs-judged plot (PNG)"),
     cache_dir: Path | None = typer.Option(None, help="reuse corpus encodings across runs"),
@@ -277,6 +282,7 @@ def estimate(
                 encoder_name=corpus.model_id,
                 neighbours=neighbours,
                 relevance=relevance,
+                collection_pages=None if sample_only else len(corpus.doc_ids),
             )
         )
     result = averaged(results)
@@ -304,6 +310,7 @@ def estimate(
             "query_kind": result.query_kind,
             "neighbours": neighbours,
             "relevance": relevance,
+            "collection_pages": result.collection_pages,
             "profile": result.profile,
             "notes": result.notes,
             "draws": draws,

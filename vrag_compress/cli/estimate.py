@@ -105,6 +105,12 @@ def estimate(
         help="'own': a pseudo-query's own page counts as relevant (gain 2); 'away': it is left "
         "out, so the query must find the pages nearest its own.",
     ),
+    sample_only: bool = typer.Option(
+        False,
+        "--sample-only",
+        help="Rank within the sampled pages only, instead of predicting each ranking in the "
+        "whole source (the sample-only figures run high on sources much larger than the sample).",
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps."),
     json_out: bool = typer.Option(
         False, "--json", help="Print machine-readable JSON on stdout (no table, no progress)."
@@ -152,6 +158,7 @@ def estimate(
                 neighbours=neighbours,
                 queries=queries,
                 relevance=relevance,
+                scale_to_collection=not sample_only,
                 progress=step,
             )
     except (
