@@ -435,10 +435,13 @@ def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
     same = estimate.Validated("here", 60.0, first, 0.04, "tokens")
     monkeypatch.setattr(estimate, "VALIDATED", (same,))
     assert len(estimate.bias_notes(result)) == 1  # the same kind and profile: no bias note
-    far = estimate.Validated("far", 600.0, first - 0.5, 0.04, "tokens")
+    far = estimate.Validated("far", 600.0, first - 0.5, 0.04, "tokens", 4400)
     monkeypatch.setattr(estimate, "VALIDATED", (far,))
     note = estimate.bias_notes(result)[1]
     assert "tokens per page, validated on 600-600" in note and "rank their own page" in note
+    assert "sample" not in note  # the sample is the whole collection here
+    big = estimate_pages(pseudo, ["random"], [0.1], collection_pages=100 * len(pseudo.pages))
+    assert "a collection 100x the sample, checked up to 11x (raise --sample)" in big.notes[-1]
     assert json.loads(result.to_json())["profile"] == result.profile
 
 
