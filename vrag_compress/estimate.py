@@ -362,7 +362,7 @@ def collection_ndcg(scores: np.ndarray, gains: np.ndarray, collection_pages: int
     unsampled = collection_pages - scores.shape[1]
     if unsampled <= 0:
         return ndcg_at(scores, gains, TOP)
-    from scipy.stats import binom
+    from scipy.stats import binom  # type: ignore[import-untyped]
 
     width = max(int((gains > 0).sum(axis=1).max()), 1)
     relevant = np.argsort(-gains, axis=1, kind="stable")[:, :width]
