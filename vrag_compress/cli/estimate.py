@@ -96,9 +96,9 @@ def estimate(
     queries: str = typer.Option(
         "lead",
         help="Pseudo-queries like your users' queries: 'lead' (each page's title, heading or "
-        "first sentence: topical questions), 'keyword' (two rare words the page shares with "
-        "other pages: name, tag and keyword lookups), 'both' (lead, with keyword beside it: "
-        "the range between the two) or 'sentence' (a random sentence).",
+        "first sentence: topical questions), 'keyword' (the page's rarest word that another "
+        "page shares, taken out of the page: name, tag and keyword lookups), 'both' (lead, "
+        "with keyword beside it: the range between the two) or 'sentence' (a random sentence).",
     ),
     relevance: str = typer.Option(
         "own",
