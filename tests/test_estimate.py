@@ -456,6 +456,20 @@ def test_each_query_kind_names_the_other_when_users_ask_differently():
         assert base.startswith(f"validated with {kind} pseudo-queries") and other in base
 
 
+def test_a_keyword_estimate_from_more_pages_than_validated_says_it_may_move():
+    from vrag_compress import estimate
+
+    pseudo = token_span_queries(pages(), np.random.default_rng(1))
+    result = estimate_pages(pseudo, ["random"], [0.1])
+    result.query_kind = "keyword"
+    assert not any("sampled pages" in n for n in estimate.bias_notes(result))
+    result.n_pages = 1398
+    note = estimate.bias_notes(result)[-1]
+    assert "1398 sampled pages: keyword pseudo-queries were validated on 400" in note
+    result.query_kind = "lead"  # the lead held from 400 pages to every page
+    assert not any("sampled pages" in n for n in estimate.bias_notes(result))
+
+
 def test_a_keyword_search_is_the_rarest_word_another_page_shares_taken_out_of_the_page():
     texts = [
         "Boundary layer transition on a swept wing, measured in the wind tunnel. Boundary data.",
@@ -500,3 +514,11 @@ def test_bench_estimate_halves_split_the_judged_queries_and_recompute_retention(
     picked = first_judged["sap@0.1"].mean() / first_judged["uncompressed"].mean()
     assert first["results"][1]["retention@10"] == pytest.approx(picked)
     assert measured["results"][1]["retention@10"] == 0.5  # the full figures are left alone
+
+
+def test_a_keyword_is_as_rare_whatever_the_sample_size():
+    # "alpha" is on 3 pages, "beta" on 6: among 10 pages both are on 2 or more, and the rarer
+    # wins; among 1,000 a keyword must be on 0.5% of them (5 pages), so only "beta" qualifies
+    shared = ["alpha beta"] * 3 + ["beta"] * 3
+    assert keyword_splits(shared + [""] * 4)[0] == ("alpha", "beta")
+    assert keyword_splits(shared + [""] * 994)[0] == ("beta", "alpha")

@@ -76,6 +76,11 @@ BRACKET_NOTE = (
     "for questions, the keyword figure for lookups and the two as the range when users do both"
 )
 KEYWORDS = 1
+KEYWORD_SHARE = 0.005
+"""A keyword must be on at least this share of the sampled pages (and on 2): 2 of the 400 pages
+where the keyword pseudo-query was validated. A fixed count of 2 picks rarer words the larger the
+sample; the share keeps a word's rarity, though the estimate still moves with the sample's size
+(``KEYWORD_SAMPLE_SHIFT``)."""
 KEYWORD = re.compile(r"[^\W\d_][\w-]{2,}")
 """A keyword: a word of at least 3 characters that starts with a letter."""
 DEFAULT_QUERY_KIND = "lead"
@@ -227,19 +232,21 @@ def _lettered(unit: str) -> int:
 
 def keyword_splits(texts: Sequence[str | None]) -> list[tuple[str, str] | None]:
     """(a keyword search, the page text without its words) per page, or None where a page
-    shares no word with another page. The search is the page's ``KEYWORDS`` rarest words (fewest
-    sampled pages have them; ties: the earlier in the page) among those at least one other
-    sampled page also has: a word no other page has would make the page trivially found and
-    test no ranking. Every occurrence of them is taken out of the page, as the lead is, inside
-    hyphenated compounds too (the encoder's tokenizer splits "wind-tunnel" and would still see
-    "wind"): tag and keyword searches find documents by topic, and about half of the documents
-    a tag search should find do not contain its words (48% on Semanlink); left in, a rare word
-    that compression drops decides the ranking alone, and the estimate ran 0.10-0.40 low."""
+    shares no word with enough other pages. The search is the page's ``KEYWORDS`` rarest words
+    (fewest sampled pages have them; ties: the earlier in the page) among those on at least
+    ``KEYWORD_SHARE`` of the sampled pages: a word no other page has would make the page
+    trivially found and test no ranking. Every occurrence of them is taken out of the page, as
+    the lead is, inside hyphenated compounds too (the encoder's tokenizer splits "wind-tunnel"
+    and would still see "wind"): tag and keyword searches find documents by topic, and about
+    half of the documents a tag search should find do not contain its words (48% on Semanlink);
+    left in, a rare word that compression drops decides the ranking alone, and the estimate ran
+    0.10-0.40 low."""
     words = [list(dict.fromkeys(w.casefold() for w in KEYWORD.findall(t or ""))) for t in texts]
     pages_with = Counter(w for page in words for w in page)
+    least = max(2, math.ceil(KEYWORD_SHARE * len(texts)))
     out: list[tuple[str, str] | None] = []
     for text, page in zip(texts, words, strict=True):
-        shared = sorted((w for w in page if pages_with[w] > 1), key=lambda w: pages_with[w])
+        shared = sorted((w for w in page if pages_with[w] >= least), key=lambda w: pages_with[w])
         if not shared:
             out.append(None)
             continue
@@ -533,6 +540,10 @@ OTHER_KIND = {
     "up to 0.23 low: if your users ask questions, rerun with --queries lead",
 }
 """What the other kind of pseudo-query did: the kind must match how users ask."""
+KEYWORD_SAMPLE_SHIFT = 0.21
+"""How far the keyword estimate moved when the same collections were sampled with 1,200-1,398
+pages instead of 400 (docs/retention.md): a one-word query finds its own page first in under 1%
+of a large sample, and the ratio of two small NDCGs follows which neighbours it happens to find."""
 PROFILE_SLACK = 0.05
 """How far ``own_first`` may lie outside the validated range before the note says the
 collection differs (about the sampling spread of a share over 300-400 pseudo-queries)."""
@@ -569,6 +580,11 @@ def bias_notes(result: RetentionEstimate) -> list[str]:
         differs.append(
             f"the rankings are predicted for a collection {scale:.0f}x the sample, checked up to "
             f"{checked_scale:.0f}x (raise --sample)"
+        )
+    if result.query_kind == "keyword" and result.n_pages > VALIDATED_SAMPLE:
+        differs.append(
+            f"{result.n_pages} sampled pages: keyword pseudo-queries were validated on "
+            f"{VALIDATED_SAMPLE}, and on 1,200-1,398 they moved by up to {KEYWORD_SAMPLE_SHIFT:.2f}"
         )
     first = [v.own_first for v in checked if v.own_first is not None]
     own = result.profile.get("own_first", math.nan)
