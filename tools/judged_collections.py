@@ -54,12 +54,17 @@ def _write_beir(out: Path, docs: list[dict], queries: list[dict], qrels: list[tu
     (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + lines)
 
 
+def _read_qrels(src: Path) -> list[tuple]:
+    """The judgment rows of ``src/qrels.tsv`` as written, without the header."""
+    rows = (src / "qrels.tsv").read_text().splitlines()[1:]
+    return [tuple(r.split("\t")) for r in rows if r.strip()]
+
+
 def cranfield_variants(src: Path, out: Path) -> list[Path]:
     """``out/cran_short`` and ``out/cran_body``: Cranfield's queries and judgments, other pages."""
     docs = read_jsonl(src / "corpus.jsonl")
     queries = read_jsonl(src / "queries.jsonl")
-    rows = (src / "qrels.tsv").read_text().splitlines()[1:]
-    qrels = [tuple(r.split("\t")) for r in rows if r.strip()]
+    qrels = _read_qrels(src)
     written = []
     for name in ("cran_short", "cran_body"):
         changed = []
@@ -91,8 +96,7 @@ def cranfield_keywords(src: Path, out: Path, pages: Path | None = None) -> Path:
         known = [w for w in words if pages_with[w] >= 2 and w not in ENGLISH_STOP_WORDS]
         rarest = set(sorted(known, key=lambda w: pages_with[w])[:QUERY_KEYWORDS])
         queries.append({"_id": query["_id"], "text": " ".join(w for w in known if w in rarest)})
-    rows = (src / "qrels.tsv").read_text().splitlines()[1:]
-    qrels = [tuple(r.split("\t")) for r in rows if r.strip()]
+    qrels = _read_qrels(src)
     _write_beir(out, read_jsonl(pages / "corpus.jsonl") if pages else docs, queries, qrels)
     return out
 
