@@ -44,7 +44,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,10 @@ class EstimateRow:
     lookups), beside ``estimated`` (topical questions); its 90% interval below."""
     keyword_low: float | None = None
     keyword_high: float | None = None
+    estimated_sd: float | None = None
+    """With ``draws`` > 1: the standard deviation of ``estimated`` over the page samples."""
+    draws: list[float] | None = None
+    """With ``draws`` > 1: ``estimated`` on each page sample."""
 
 
 @dataclass
@@ -150,6 +154,9 @@ class RetentionEstimate:
     """What the pseudo-queries found uncompressed: ``pseudo_ndcg`` (their mean NDCG@10) and
     ``own_first`` (the share whose own page ranks first); compared by `bias_notes` with the
     collections the estimate was validated on."""
+    draws: int = 1
+    """Page samples the figures are pooled over (`pooled`): ``n_pages`` is one sample's pages,
+    ``n_queries`` and ``fallback_queries`` count all samples' pseudo-queries."""
 
     def recommend(self, target: float = 0.97, min_pages: int = MIN_PAGES_TO_RECOMMEND) -> str:
         """The smallest ratio (then the best method) whose estimate keeps ``target``; nothing
@@ -493,7 +500,7 @@ def estimate_pages(
         query_kind=pseudo.kind,
         encoder=encoder_name,
         tokens_per_page_full=float(np.mean([p.n_tokens for p in pseudo.pages])),
-        notes=_fallback_note(pseudo),
+        notes=_fallback_note(pseudo.fallbacks, len(pseudo.queries)),
         fallback_queries=pseudo.fallbacks,
         relevance=relevance,
         collection_pages=total,
@@ -610,13 +617,75 @@ def bias_notes(result: RetentionEstimate) -> list[str]:
     ]
 
 
-def _fallback_note(pseudo: PseudoQueries) -> list[str]:
-    if not pseudo.fallbacks:
+def _fallback_note(fallbacks: int, n_queries: int) -> list[str]:
+    if not fallbacks:
         return []
     return [
-        f"{pseudo.fallbacks} of {len(pseudo.queries)} pseudo-queries are random sentences: "
+        f"{fallbacks} of {n_queries} pseudo-queries are random sentences: "
         "their pages have no lead (title, heading or first sentence of their own)"
     ]
+
+
+def pooled(samples: Sequence[RetentionEstimate], level: float = 0.9) -> RetentionEstimate:
+    """One estimate from several page samples of the same source: each figure is the mean over
+    the samples, and ``low``-``high`` is that mean's t-interval (``level``) over them. One
+    sample's bootstrap interval covers another draw of its queries only; another draw of pages
+    also changes the distractors and the neighbours, and moved the keyword estimate by up to
+    0.13 on collections where its bootstrap interval was ±0.10-0.15 (docs/retention.md), so
+    the spread between samples is what says how far the figure can move."""
+    if len(samples) == 1:
+        return samples[0]
+    rows = [_pooled_row(list(at), level) for at in zip(*(s.rows for s in samples), strict=True)]
+    first = samples[0]
+    fallbacks = sum(s.fallback_queries for s in samples)
+    n_queries = sum(s.n_queries for s in samples)
+    result = replace(
+        first,
+        rows=rows,
+        n_queries=n_queries,
+        fallback_queries=fallbacks,
+        tokens_per_page_full=float(np.mean([s.tokens_per_page_full for s in samples])),
+        profile={k: float(np.mean([s.profile[k] for s in samples])) for k in first.profile},
+        draws=len(samples),
+        notes=_fallback_note(fallbacks, n_queries),
+    )
+    result.notes += bias_notes(result)
+    result.notes.append(
+        f"pooled over {len(samples)} page samples of {first.n_pages} pages: each figure is "
+        f"their mean and its interval the {level:.0%} t-interval of that mean over the samples"
+    )
+    return result
+
+
+def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
+    values = [r.estimated for r in rows]
+    low, high = mean_interval(values, level)
+    row = replace(
+        rows[0],
+        estimated=float(np.mean(values)),
+        low=low,
+        high=high,
+        estimated_sd=float(np.std(values, ddof=1)),
+        draws=[float(v) for v in values],
+        **{k: float(np.mean([getattr(r, k) for r in rows])) for k in POOLED_MEANS},
+    )
+    if rows[0].keyword is not None:
+        keyword = [float(r.keyword) for r in rows]  # type: ignore[arg-type]
+        row.keyword_low, row.keyword_high = mean_interval(keyword, level)
+        row.keyword = float(np.mean(keyword))
+    return row
+
+
+POOLED_MEANS = ("sr", "rank_agreement", "tokens_per_page")
+
+
+def mean_interval(values: Sequence[float], level: float = 0.9) -> tuple[float, float]:
+    """The t-interval (``level``) of the mean of ``values``, independent draws of one figure."""
+    from scipy.stats import t  # type: ignore[import-untyped]
+
+    mean, n = float(np.mean(values)), len(values)
+    half = float(t.ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean - half, mean + half
 
 
 # ------------------------------------------------------------------------- index or folder
@@ -634,6 +703,7 @@ def estimate_retention(
     queries: str = DEFAULT_QUERY_KIND,
     relevance: str = DEFAULT_RELEVANCE,
     scale_to_collection: bool = True,
+    draws: int = 1,
     progress: Progress | None = None,
 ) -> RetentionEstimate:
     """Estimate each method's retention at each ratio on ``source`` before committing to one.
@@ -646,11 +716,16 @@ def estimate_retention(
     row's ``keyword`` beside its ``estimated``). ``scale_to_collection`` predicts the rankings
     in the whole collection rather than in the sample (`collection_ndcg`; False: the sample's
     own rankings, which run high when the collection is much larger than the sample).
+    ``draws`` > 1 repeats the estimate on that many page samples (seeds ``seed``, ``seed`` + 1,
+    ...) and pools them (`pooled`): the interval then includes how another page sample moves
+    the figure, at ``draws`` times the cost.
     """
     from vrag_compress.index import VisualIndex
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 2:
         raise EstimateError(f"sample must be at least 2 pages, got {sample!r}")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise EstimateError(f"draws must be at least 1 page sample, got {draws!r}")
     if queries not in QUERY_CHOICES:
         raise EstimateError(f"queries must be one of {', '.join(QUERY_CHOICES)}, got {queries!r}")
     if relevance not in RELEVANCE:
@@ -658,8 +733,9 @@ def estimate_retention(
     plan = _Plan(
         methods, ratios, seed, neighbours, queries, progress, relevance, scale_to_collection
     )
+    seeds = range(seed, seed + draws)
     if isinstance(source, VisualIndex):
-        return _estimate_index(source, sample, plan)
+        return _estimate_index(source, sample, plan, seeds)
     path = Path(source)
     if not path.exists():
         raise EstimateError(f"{path}: no such index, folder or file")
@@ -668,14 +744,14 @@ def estimate_retention(
         with VisualIndex.open(
             path, model=model, encoder=encoder, device=device, readonly=True
         ) as index:
-            return _estimate_index(index, sample, plan)
+            return _estimate_index(index, sample, plan, seeds)
     if encoder is None:
         from vrag_compress.defaults import DEFAULT_MODEL
         from vrag_compress.encoders import load_encoder
 
         encoder = load_encoder(model or DEFAULT_MODEL, device=device)
-    texts, images, total = _folder_pages(path, sample, seed)
-    return _estimate_encoded(encoder, texts, images, _sized(plan, total))
+    samples = ((s, _folder_pages(path, sample, s)) for s in seeds)
+    return _estimate_samples(encoder, samples, plan)
 
 
 def _sized(plan: _Plan, collection_pages: int) -> _Plan:
@@ -699,21 +775,27 @@ class _Plan:
     """Pages in the source the sample was drawn from (set once the source is read)."""
 
 
-def _estimate_index(index: Any, sample: int, plan: _Plan) -> RetentionEstimate:
+def _estimate_index(
+    index: Any, sample: int, plan: _Plan, seeds: Sequence[int]
+) -> RetentionEstimate:
     ids = sorted(index.store.page_ids())
     too_few(len(ids), index.path)
-    rng = np.random.default_rng(plan.seed)
+    samples = ((seed, _index_sample(index, ids, sample, seed)) for seed in seeds)
+    return _estimate_samples(index.encoder, samples, plan)
+
+
+def _index_sample(index: Any, ids: list[str], sample: int, seed: int) -> Sample:
+    """``sample`` of the index's pages drawn with ``seed``: their text, and their images when
+    the index's encoder reads images."""
+    rng = np.random.default_rng(seed)
     picked = sorted(rng.choice(len(ids), min(sample, len(ids)), replace=False).tolist())
     records = index.store.get([ids[i] for i in picked], missing="skip")
-    encoder = index.encoder
-    texts = [r.text for r in records]
     images: list[Any] = []
-    plan = _sized(plan, len(ids))
-    if not reads_text(encoder):
+    if not reads_text(index.encoder):
         images = [
             index.assets.load(r.image_ref, r.metadata.get("source"), r.page_no) for r in records
         ]
-    return _estimate_encoded(encoder, texts, images, plan)
+    return [r.text for r in records], images, len(ids)
 
 
 def too_few(n_pages: int, source: Any) -> None:
@@ -725,7 +807,12 @@ def too_few(n_pages: int, source: Any) -> None:
         )
 
 
-def _folder_pages(path: Path, sample: int, seed: int) -> tuple[list[str | None], list[Any], int]:
+Sample = tuple[list[str | None], list[Any], int]
+"""One page sample: the pages' texts, their images (empty for text encoders) and the number of
+pages in the source it was drawn from."""
+
+
+def _folder_pages(path: Path, sample: int, seed: int) -> Sample:
     """``sample`` pages drawn evenly at random from every page under ``path``, and the number of
     pages there: the documents' page counts are read first (opening a PDF reads no page), then
     only the drawn pages are rendered. An unreadable document or page is logged and skipped."""
@@ -776,14 +863,20 @@ def _render_pages(path: Path, page_nos: list[int]) -> list[Any]:
     return pages
 
 
-def _estimate_encoded(
-    encoder: Any, texts: list[str | None], images: list[Any], plan: _Plan
+def _estimate_samples(
+    encoder: Any, samples: Iterable[tuple[int, Sample]], plan: _Plan
 ) -> RetentionEstimate:
-    """The estimate of ``plan.queries``; with "both", lead and keyword on the same sample (page
-    images are encoded once: they keep their text whatever the query)."""
-    pages = None if reads_text(encoder) else encoder.encode_pages(list(images), with_stats=True)
+    """The estimate of ``plan.queries`` on each (seed, sample), pooled over the samples
+    (`pooled`); with "both", lead and keyword on the same samples (page images are encoded
+    once per sample: they keep their text whatever the query). Samples are read one at a time."""
     kinds = ("lead", "keyword") if plan.queries == BOTH else (plan.queries,)
-    results = [_estimate_kind(encoder, texts, pages, replace(plan, queries=k)) for k in kinds]
+    per_kind: dict[str, list[RetentionEstimate]] = {kind: [] for kind in kinds}
+    for seed, (texts, images, total) in samples:
+        pages = None if reads_text(encoder) else encoder.encode_pages(list(images), with_stats=True)
+        for kind in kinds:
+            drawn = replace(_sized(plan, total), queries=kind, seed=seed)
+            per_kind[kind].append(_estimate_kind(encoder, texts, pages, drawn))
+    results = [pooled(per_kind[kind]) for kind in kinds]
     return results[0] if len(results) == 1 else bracketed(*results)
 
 

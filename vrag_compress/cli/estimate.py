@@ -48,9 +48,10 @@ def check_methods(text: str) -> list[str]:
 
 
 def print_estimate(result, target: float, console: Console) -> None:  # noqa: ANN001
+    samples = f" x {result.draws} samples" if result.draws > 1 else ""
     table = Table(
-        title=f"estimated retention · {result.n_pages} pages · {result.n_queries} pseudo-queries "
-        f"({result.query_kind}) · {result.encoder}"
+        title=f"estimated retention · {result.n_pages} pages{samples} · {result.n_queries} "
+        f"pseudo-queries ({result.query_kind}) · {result.encoder}"
     )
     columns = ("method", "ratio", "vectors/page", "estimated retention@10", "90% interval")
     both = any(row.keyword is not None for row in result.rows)
@@ -90,6 +91,13 @@ def estimate(
         None, help="Encoder for a folder (default the index default); an index uses its own."
     ),
     seed: int = typer.Option(0, help="Seed of the page sample and the pseudo-queries."),
+    draws: int = typer.Option(
+        1,
+        min=1,
+        help="Page samples to pool (seeds SEED, SEED+1, ...): each figure is their mean and its "
+        "interval includes how another sample moves it, at DRAWS times the cost. Worth 3 or "
+        "more with --queries keyword, whose figure moves most between samples.",
+    ),
     neighbours: int = typer.Option(
         5, min=0, help="Pages nearest a pseudo-query's own page that count as partly relevant."
     ),
@@ -145,7 +153,7 @@ def estimate(
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
     try:
         kinds = 2 if queries == BOTH else 1
-        steps = kinds * (len(method_list) * len(ratio_list) + 1)
+        steps = draws * kinds * (len(method_list) * len(ratio_list) + 1)
         with _steps(steps, enabled=not json_out) as step:
             result = estimate_retention(
                 source,
@@ -159,6 +167,7 @@ def estimate(
                 queries=queries,
                 relevance=relevance,
                 scale_to_collection=not sample_only,
+                draws=draws,
                 progress=step,
             )
     except (
