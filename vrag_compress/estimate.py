@@ -667,21 +667,20 @@ def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
         high=high,
         estimated_sd=float(np.std(values, ddof=1)),
         draws=[float(v) for v in values],
-        **{k: float(np.mean([getattr(r, k) for r in rows])) for k in POOLED_MEANS},
+        sr=float(np.mean([r.sr for r in rows])),
+        rank_agreement=float(np.mean([r.rank_agreement for r in rows])),
+        tokens_per_page=float(np.mean([r.tokens_per_page for r in rows])),
     )
     if rows[0].keyword is not None:
-        keyword = [float(r.keyword) for r in rows]  # type: ignore[arg-type]
+        keyword = [float(r.keyword) for r in rows if r.keyword is not None]
         row.keyword_low, row.keyword_high = mean_interval(keyword, level)
         row.keyword = float(np.mean(keyword))
     return row
 
 
-POOLED_MEANS = ("sr", "rank_agreement", "tokens_per_page")
-
-
 def mean_interval(values: Sequence[float], level: float = 0.9) -> tuple[float, float]:
     """The t-interval (``level``) of the mean of ``values``, independent draws of one figure."""
-    from scipy.stats import t  # type: ignore[import-untyped]
+    from scipy.stats import t
 
     mean, n = float(np.mean(values)), len(values)
     half = float(t.ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))

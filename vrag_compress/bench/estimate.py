@@ -102,14 +102,20 @@ def averaged(estimates: list[Any]) -> Any:
         EstimateRow(
             method=at[0].method,
             ratio=at[0].ratio,
-            **{
-                name: float(np.mean([getattr(r, name) for r in at]))
-                for name in ("estimated", "low", "high", "sr", "rank_agreement", "tokens_per_page")
-            },
+            estimated=_mean(at, "estimated"),
+            low=_mean(at, "low"),
+            high=_mean(at, "high"),
+            sr=_mean(at, "sr"),
+            rank_agreement=_mean(at, "rank_agreement"),
+            tokens_per_page=_mean(at, "tokens_per_page"),
         )
         for at in zip(*(e.rows for e in estimates), strict=True)
     ]
     return replace(estimates[0], rows=rows)
+
+
+def _mean(rows: tuple[Any, ...], name: str) -> float:
+    return float(np.mean([getattr(r, name) for r in rows]))
 
 
 def order_pairs(
