@@ -240,7 +240,8 @@ def test_both_query_styles_put_keyword_lookups_beside_questions(shared_data, tmp
     args += ["--model", "tiny-colqwen2", "--device", "cpu", "--queries", "both"]
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
-    assert "keyword lookups" in table.stdout and "keyword column:" in table.stdout
+    assert "lookups" in table.stdout and "keyword column:" in table.stdout
+    assert "(--draws 3)" in table.stdout  # one sample: the keyword column is told to pool
     data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     row = data["rows"][0]
     assert data["query_kind"] == "lead"
@@ -427,7 +428,7 @@ def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
     first = estimate_pages(pseudo, ["random"], [0.1]).profile["own_first"]
     notes = estimate_pages(pseudo, ["random"], [0.1]).notes
     # span queries were never validated: every collection's largest error, and a bias note
-    assert "within ±0.13" in notes[0] and "'tokens', validated with keyword and lead" in notes[1]
+    assert "within ±0.14" in notes[0] and "'tokens', validated with keyword and lead" in notes[1]
     monkeypatch.setattr(estimate, "VALIDATED", (estimate.Validated("here", 60.0, first, 0.04),))
     result = estimate_pages(pseudo, ["random"], [0.1])
     assert "within ±0.04" in result.notes[0] and "bias:" in result.notes[1]
@@ -463,8 +464,12 @@ def test_a_keyword_estimate_from_more_pages_than_validated_says_it_may_move():
     result = estimate_pages(pseudo, ["random"], [0.1])
     result.query_kind = "keyword"
     assert not any("sampled pages" in n for n in estimate.bias_notes(result))
+    assert "pool 3 or more samples (--draws 3)" in estimate.bias_notes(result)[-1]
+    result.draws = 3  # pooled: no advice to pool
+    assert not any("--draws" in n for n in estimate.bias_notes(result))
+    result.draws = 1
     result.n_pages = 1398
-    note = estimate.bias_notes(result)[-1]
+    note = estimate.bias_notes(result)[1]
     assert "1398 sampled pages: keyword pseudo-queries were validated on 400" in note
     result.query_kind = "lead"  # the lead held from 400 pages to every page
     assert not any("sampled pages" in n for n in estimate.bias_notes(result))
