@@ -554,6 +554,9 @@ def test_page_samples_pool_into_their_mean_with_the_spread_between_them():
     assert result.profile["pseudo_ndcg"] == pytest.approx(0.45)
     single = sample(0.8, 0.6, 1)
     assert pooled([single]) is single  # one sample: its own bootstrap interval
+    same = pooled([sample(0.8, 0.6, 0), sample(0.8, 0.6, 0)])  # a source smaller than a sample
+    assert (same.rows[0].low, same.rows[0].high) == pytest.approx((0.7, 0.9))
+    assert (same.rows[0].keyword_low, same.rows[0].keyword_high) == pytest.approx((0.5, 0.7))
 
 
 def test_draws_pool_several_page_samples_of_an_index(tiny_index: Path):
@@ -573,3 +576,5 @@ def test_draws_pool_several_page_samples_of_an_index(tiny_index: Path):
     assert table.exit_code == 0 and "6 pages x 2 samples" in table.stdout
     bad = runner.invoke(app, [*args, "--draws", "0"])
     assert bad.exit_code == 2 and "--draws" in bad.output
+    with pytest.raises(EstimateError, match="draws must be at least 1"):
+        estimate_retention(tiny_index, draws=0)

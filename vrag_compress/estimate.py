@@ -644,7 +644,9 @@ def _fallback_note(fallbacks: int, n_queries: int) -> list[str]:
 
 def pooled(samples: Sequence[RetentionEstimate], level: float = 0.9) -> RetentionEstimate:
     """One estimate from several page samples of the same source: each figure is the mean over
-    the samples, and ``low``-``high`` is that mean's t-interval (``level``) over them. One
+    the samples, and ``low``-``high`` is that mean's t-interval (``level``) over them, or the
+    samples' own intervals (averaged) where those are wider: samples of a small source are
+    (nearly) the same pages and agree, which says nothing of another draw of their queries. One
     sample's bootstrap interval covers another draw of its queries only; another draw of pages
     also changes the distractors and the neighbours: five samples of 400 pages spread the
     keyword estimate with a standard deviation of up to ``KEYWORD_DRAW_SD`` (docs/retention.md),
@@ -675,7 +677,7 @@ def pooled(samples: Sequence[RetentionEstimate], level: float = 0.9) -> Retentio
 
 def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
     values = [r.estimated for r in rows]
-    low, high = mean_interval(values, level)
+    low, high = _wider(mean_interval(values, level), [(r.low, r.high) for r in rows])
     row = replace(
         rows[0],
         estimated=float(np.mean(values)),
@@ -689,9 +691,21 @@ def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
     )
     if rows[0].keyword is not None:
         keyword = [float(r.keyword) for r in rows if r.keyword is not None]
-        row.keyword_low, row.keyword_high = mean_interval(keyword, level)
+        own = [(_or_nan(r.keyword_low), _or_nan(r.keyword_high)) for r in rows]
+        row.keyword_low, row.keyword_high = _wider(mean_interval(keyword, level), own)
         row.keyword = float(np.mean(keyword))
     return row
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _wider(between: tuple[float, float], own: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The interval between samples, widened to the samples' own (averaged) where they reach
+    further."""
+    lows, highs = zip(*own, strict=True)
+    return float(np.fmin(between[0], np.mean(lows))), float(np.fmax(between[1], np.mean(highs)))
 
 
 def mean_interval(values: Sequence[float], level: float = 0.9) -> tuple[float, float]:
