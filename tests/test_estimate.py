@@ -532,31 +532,28 @@ def test_a_keyword_is_as_rare_whatever_the_sample_size():
 def test_page_samples_pool_into_their_mean_with_the_spread_between_them():
     from vrag_compress.estimate import EstimateRow, RetentionEstimate, mean_interval, pooled
 
-    def sample(value: float, keyword: float, fallbacks: int) -> RetentionEstimate:
+    def sample(value: float, fallbacks: int) -> RetentionEstimate:
         row = EstimateRow("uot", 0.1, value, value - 0.1, value + 0.1, 0.9, 0.8, 20.0)
-        row.keyword, row.keyword_low, row.keyword_high = keyword, keyword - 0.1, keyword + 0.1
         profile = {"pseudo_ndcg": value / 2, "own_first": 0.5}
         return RetentionEstimate(
             [row], 300, 290, "lead", "m", 200.0, [], fallbacks, "own", 900, profile
         )
 
-    result = pooled([sample(0.8, 0.6, 1), sample(0.9, 0.7, 0), sample(1.0, 0.8, 2)])
+    result = pooled([sample(0.8, 1), sample(0.9, 0), sample(1.0, 2)])
     row = result.rows[0]
     assert row.draws == [0.8, 0.9, 1.0] and row.estimated == pytest.approx(0.9)
     assert row.estimated_sd == pytest.approx(0.1)
     # a t-interval of the mean over 3 samples: t(0.95, 2) = 2.920
     assert (row.low, row.high) == pytest.approx((0.9 - 0.1686, 0.9 + 0.1686), abs=1e-3)
     assert (row.low, row.high) == pytest.approx(mean_interval([0.8, 0.9, 1.0]))
-    assert row.keyword == pytest.approx(0.7) and row.keyword_low < 0.7 < row.keyword_high
     assert result.draws == 3 and result.n_pages == 300 and result.n_queries == 870
     assert result.fallback_queries == 3 and "3 of 870 pseudo-queries" in result.notes[0]
     assert "pooled over 3 page samples of 300 pages" in result.notes[-1]
     assert result.profile["pseudo_ndcg"] == pytest.approx(0.45)
-    single = sample(0.8, 0.6, 1)
+    single = sample(0.8, 1)
     assert pooled([single]) is single  # one sample: its own bootstrap interval
-    same = pooled([sample(0.8, 0.6, 0), sample(0.8, 0.6, 0)])  # a source smaller than a sample
+    same = pooled([sample(0.8, 0), sample(0.8, 0)])  # a source smaller than a sample
     assert (same.rows[0].low, same.rows[0].high) == pytest.approx((0.7, 0.9))
-    assert (same.rows[0].keyword_low, same.rows[0].keyword_high) == pytest.approx((0.5, 0.7))
 
 
 def test_draws_pool_several_page_samples_of_an_index(tiny_index: Path):

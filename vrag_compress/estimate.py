@@ -650,7 +650,8 @@ def pooled(samples: Sequence[RetentionEstimate], level: float = 0.9) -> Retentio
     sample's bootstrap interval covers another draw of its queries only; another draw of pages
     also changes the distractors and the neighbours: five samples of 400 pages spread the
     keyword estimate with a standard deviation of up to ``KEYWORD_DRAW_SD`` (docs/retention.md),
-    so the spread between samples is what says how far the figure can move."""
+    so the spread between samples is what says how far the figure can move. Each sample is one
+    query kind: "both" pools lead and keyword apart and brackets them after."""
     if len(samples) == 1:
         return samples[0]
     rows = [_pooled_row(list(at), level) for at in zip(*(s.rows for s in samples), strict=True)]
@@ -678,7 +679,7 @@ def pooled(samples: Sequence[RetentionEstimate], level: float = 0.9) -> Retentio
 def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
     values = [r.estimated for r in rows]
     low, high = _wider(mean_interval(values, level), [(r.low, r.high) for r in rows])
-    row = replace(
+    return replace(
         rows[0],
         estimated=float(np.mean(values)),
         low=low,
@@ -689,16 +690,6 @@ def _pooled_row(rows: list[EstimateRow], level: float) -> EstimateRow:
         rank_agreement=float(np.mean([r.rank_agreement for r in rows])),
         tokens_per_page=float(np.mean([r.tokens_per_page for r in rows])),
     )
-    if rows[0].keyword is not None:
-        keyword = [float(r.keyword) for r in rows if r.keyword is not None]
-        own = [(_or_nan(r.keyword_low), _or_nan(r.keyword_high)) for r in rows]
-        row.keyword_low, row.keyword_high = _wider(mean_interval(keyword, level), own)
-        row.keyword = float(np.mean(keyword))
-    return row
-
-
-def _or_nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
 
 
 def _wider(between: tuple[float, float], own: Sequence[tuple[float, float]]) -> tuple[float, float]:
