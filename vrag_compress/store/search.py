@@ -37,7 +37,7 @@ from vrag_compress.store.maxsim import (
     maxsim_scores,
     one_blas_thread,
     parallel_map,
-    top_k,
+    settled_top_k,
 )
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.text_engine import TextEngine
@@ -277,9 +277,9 @@ class Searcher:
                 qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=threads
             )
         out = []
-        for row in scores:
-            best = top_k(row, k)
-            out.append((snap.pids[pos[best]], row[best]))
+        for q, row in zip(qs, scores, strict=True):
+            best, settled = settled_top_k(q, row, k, tokens, bounds)
+            out.append((snap.pids[pos[best]], settled))
         return out
 
     def _two_stage(
