@@ -81,6 +81,10 @@ class QdrantLocation:
                 grpc_port=self.grpc_port,
                 timeout=int(timeout),
             )
+        if self.path is not None and self.path != ":memory:":
+            from vrag_compress.store.qdrant_local import vet_local_folder
+
+            vet_local_folder(self.path)  # its points are pickles: nothing in them may run
         try:
             return (
                 QdrantClient(path=self.path)
