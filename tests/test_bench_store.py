@@ -129,7 +129,8 @@ def test_store_without_fp16_vectors(tmp_path: Path) -> None:
 
 
 def test_keep_store(tmp_path: Path) -> None:
-    """`--keep-store` leaves the compressed store where the JSON says, and it opens and answers."""
+    """`--keep-store` leaves the compressed store where the JSON says, and it opens and answers;
+    a `--dir` that does not exist yet is made."""
     import numpy as np
 
     from vrag_compress.store import LocalStore
@@ -137,12 +138,13 @@ def test_keep_store(tmp_path: Path) -> None:
     out = tmp_path / "k.json"
     args = ["bench", "store", "--pages", "300", "--tokens-full", "60", "--queries", "5"]
     args += ["--bruteforce-queries", "0", "--no-full-store", "--dim", "16", "--keep-store"]
-    res = CliRunner().invoke(app, [*args, "--dir", str(tmp_path), "--json", str(out)])
+    workdir = tmp_path / "new" / "stores"
+    res = CliRunner().invoke(app, [*args, "--dir", str(workdir), "--json", str(out)])
     assert res.exit_code == 0, res.output
     path = Path(json.loads(out.read_text())["store_path"])
     partial = json.loads(out.with_suffix(".partial.json").read_text())  # the milestones
     assert partial["build_s"]["value"] > 0 and partial["two_stage_ms"]["value"] > 0
-    assert path.parent.parent == tmp_path
+    assert path.parent.parent == workdir
     with LocalStore.open(path, readonly=True) as store:
         assert store.count() == 300
         assert len(store.search(np.ones((3, 16), np.float32), k=10)) == 10

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,11 @@ def load_dataset_option(dataset: str | Path, option: str = "--dataset") -> Any:
         return load_dataset(dataset)
     except DatasetError as error:
         raise typer.BadParameter(str(error), param_hint=option) from error
+
+
+def scratch_dir(prefix: str, workdir: Path | None) -> Path:
+    """A new folder for a benchmark's stores inside ``workdir`` (a ``--dir`` option, created
+    when missing) or the system's temporary folder."""
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.paths import scratch_dir
 from vrag_compress.bench.store_timing import add_all, timed_search
 
 out = Console()
@@ -72,7 +72,7 @@ def bench_plaid(
         raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
     pool, source = _pool(data_kind, source_dataset, 128, 1.0, None, seed)
     k_tokens = budget(tokens_full, ratio)
-    root = Path(tempfile.mkdtemp(prefix="vrag-bench-plaid-", dir=workdir))
+    root = scratch_dir("vrag-bench-plaid-", workdir)
     try:
         with threadpool_limits(limits=threads):
             _set_threads(threads)

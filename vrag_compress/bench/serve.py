@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ import numpy as np
 import typer
 
 from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.paths import scratch_dir
 
 WORDS = (
     "budget revenue court argument firearm background checks layoffs aviation maintenance "
@@ -68,7 +68,7 @@ def bench_serve(
 ) -> None:
     """Latency (p50/p99), throughput and errors of 1 and N concurrent clients against a real
     server, and optionally of searches during an upload."""
-    root = Path(tempfile.mkdtemp(prefix="vrag-bench-serve-", dir=workdir))
+    root = scratch_dir("vrag-bench-serve-", workdir)
     try:
         started = time.perf_counter()
         build_index(root / "load.vrag", pages, tokens, model, seed)

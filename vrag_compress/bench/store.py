@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.bench.app import bench_app
+from vrag_compress.bench.paths import scratch_dir
 from vrag_compress.bench.store_timing import (
     add_all,
     first_query_cost,
@@ -184,7 +184,7 @@ def bench_store(
             "full pages would need > 4 GiB; use --no-full-store and "
             "--bruteforce-queries 0 at this size"
         )
-    root = Path(tempfile.mkdtemp(prefix="vrag-bench-store-", dir=workdir))
+    root = scratch_dir("vrag-bench-store-", workdir)
     try:
         with threadpool_limits(limits=threads):
             _set_threads(threads)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from vrag_compress.bench.paths import scratch_dir
 from vrag_compress.bench.store_timing import add_all, timed_search
 
 out = Console()
@@ -42,7 +42,7 @@ def run_qdrant_bench(
     bad = [v for v in variants if v not in CANDIDATES or v == "none"]
     if bad:
         raise ValueError(f"unknown --variants {bad}; choose from mean, binary")
-    root = Path(tempfile.mkdtemp(prefix="vrag-bench-qdrant-", dir=workdir))
+    root = scratch_dir("vrag-bench-qdrant-", workdir)
     store_config = {"dim": dim, "model_id": "synthetic/clustered"}
     qs = data["queries"]
     rows: dict[str, dict[str, Any]] = {}
