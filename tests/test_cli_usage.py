@@ -14,8 +14,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vrag_compress.cli import app
-from vrag_compress.cli.options import resolve_document, snippet
+from vrag_compress.cli.options import resolve_document
 from vrag_compress.index import VisualIndex
+from vrag_compress.snippets import snippet
 from vrag_compress.store import DocumentRecord
 from vrag_compress.version import __version__
 

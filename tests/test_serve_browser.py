@@ -1,7 +1,9 @@
 """The web page in a real browser: Debian's headless chromium driven by selenium.
 
 Search shows result cards (a hostile file name and metadata stay text), clicking a card shows
-the page with the heatmap drawn, and an upload reaches done with its progress bar full.
+the page with the heatmap drawn, and an upload reaches done with its progress bar full. Phone
+checks run at 420 px under Chrome's mobile emulation (touch, and a page wider than the screen
+widens the layout viewport, as on a real phone).
 Set VRAG_SCREENSHOTS=DIR to keep screenshots of each step.
 """
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -75,6 +78,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for its errors
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     yield driver
@@ -90,6 +94,24 @@ def shot(driver: webdriver.Chrome, name: str) -> None:
 
 def wait(driver: webdriver.Chrome, condition, timeout: float = 60):  # noqa: ANN001, ANN201
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d))
+
+
+PHONE_AND_DESKTOP = pytest.mark.parametrize("width", [420, 1280], ids=["phone", "desktop"])
+
+
+@contextmanager
+def viewport(driver: webdriver.Chrome, width: int, height: int = 900) -> Iterator[None]:
+    """The page at ``width`` CSS pixels: a phone (Chrome's mobile emulation: touch, no Escape
+    key to speak of) under 800, else a desktop window."""
+    mobile = width < 800
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 2 if mobile else 1}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**metrics, "mobile": mobile})
+    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": mobile})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
 
 
 def painted_pixels(driver: webdriver.Chrome) -> int:
@@ -181,16 +203,30 @@ def test_upload_reaches_done_and_lists_the_document(server, browser, shared_data
     assert cards
 
 
-def test_upload_without_the_key_shows_the_error(server, browser, shared_data):
-    browser.get(server + "/")
-    browser.execute_script("sessionStorage.clear()")
-    browser.get(server + "/")
-    pdf = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
-    browser.find_element(By.ID, "upload-file").send_keys(str(pdf))
-    browser.find_element(By.ID, "upload-button").click()
-    status = browser.find_element(By.ID, "upload-status")
-    wait(browser, lambda d: "API key" in status.text)
+def upload_status(driver: webdriver.Chrome, url: str, pdf: Path) -> str:
+    """The upload's status line once an upload without a key was refused."""
+    driver.get(url + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(url + "/")
+    driver.find_element(By.ID, "upload-file").send_keys(str(pdf))
+    driver.find_element(By.ID, "upload-button").click()
+    status = driver.find_element(By.ID, "upload-status")
+    wait(driver, lambda d: "API key" in status.text)
     assert "error" in status.get_attribute("class")
+    return status.text
+
+
+@PHONE_AND_DESKTOP
+def test_upload_without_the_key_says_to_type_it_in_the_key_box(
+    server, served_index, browser, shared_data, width
+):
+    pdf = shared_data / "pdfs" / "edge" / "ocr_test.pdf"
+    with viewport(browser, width):
+        refused = upload_status(browser, server, pdf)
+        assert "API key box" in refused and "Authorization" not in refused  # 401: no header talk
+        with serving(create_app(ServeConfig(served_index, ocr="never"))) as keyless:
+            off = upload_status(browser, keyless, pdf)  # 403: the server has no key at all
+        assert "--api-key" in off and "API key box" in off and "Authorization" not in off
 
 
 def test_ask_box_streams_the_answer_and_links_cited_regions(server, served_index, browser):
@@ -303,3 +339,71 @@ def test_the_page_fits_phone_and_desktop_widths(server, browser, width, name):
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         browser.set_window_size(1400, 1000)
+
+
+def open_viewer_on_the_long_name(driver: webdriver.Chrome, url: str) -> None:
+    """Search, then open the page whose file name is one long unbreakable word."""
+    driver.get(url + "/")
+    driver.find_element(By.ID, "q").send_keys("oral argument")
+    cards = search_in_mode(driver, "text")  # its words are on that page: it is found first
+    next(c for c in cards if HOSTILE in c.text).click()
+    wait(driver, lambda d: d.find_element(By.ID, "viewer").get_attribute("data-state") == "ready")
+
+
+@PHONE_AND_DESKTOP
+def test_the_page_viewer_fits_the_screen_and_its_close_button_works(server, browser, width):
+    with viewport(browser, width):
+        open_viewer_on_the_long_name(browser, server)
+        shot(browser, f"7-viewer-{width}px")
+        box = browser.execute_script(
+            "const r = (id) => document.getElementById(id).getBoundingClientRect();"
+            "const c = r('viewer-close');"
+            "const hit = document.elementFromPoint((c.left + c.right) / 2, (c.top + c.bottom) / 2);"
+            "return {inner: innerWidth, height: innerHeight,"
+            " page: document.documentElement.scrollWidth, viewer: r('viewer'),"
+            " image: r('page-image'), close: c, onTop: hit && hit.id === 'viewer-close'}"
+        )
+        assert box["inner"] == width  # the page did not widen the phone's layout viewport
+        assert box["page"] <= width  # no sideways scrolling
+        assert 0 <= box["viewer"]["left"] and box["viewer"]["right"] <= width
+        assert box["image"]["right"] <= box["viewer"]["right"]  # the page image fits too
+        close = box["close"]
+        assert 0 <= close["left"] and close["right"] <= width
+        assert 0 <= close["top"] and close["bottom"] <= box["height"]
+        assert box["onTop"]  # nothing covers it: a tap reaches it
+        assert painted_pixels(browser) > 0
+        assert "oral argument" in browser.find_element(By.ID, "page-text").text  # the snippet
+        browser.find_element(By.ID, "viewer-close").click()
+        assert not browser.find_element(By.ID, "viewer").is_displayed()
+
+
+@PHONE_AND_DESKTOP
+def test_cards_show_the_text_around_the_match_and_which_side_found_the_page(server, browser, width):
+    with viewport(browser, width):
+        browser.get(server + "/")
+        browser.find_element(By.ID, "q").send_keys("oral argument")
+        cards = search_in_mode(browser, "hybrid")
+        shot(browser, f"8-hybrid-cards-{width}px")
+        transcript = next(c for c in cards if HOSTILE in c.text)
+        snippet = transcript.find_element(By.CLASS_NAME, "snippet").text
+        # the transcript starts with its line numbers "1 2 3 4 ..."; the match is far after
+        assert "oral argument" in snippet and not snippet.startswith("1 2 3")
+        found = [c.find_element(By.CLASS_NAME, "found-by").text for c in cards]
+        assert set(found) <= {"found by text + visual", "found by text", "found by visual"}
+        assert transcript.find_element(By.CLASS_NAME, "found-by").text == ("found by text + visual")
+        cards = search_in_mode(browser, "text")
+        assert [c.find_element(By.CLASS_NAME, "found-by").text for c in cards] == (
+            ["found by text"] * len(cards)
+        )
+        cards = search_in_mode(browser, "exact")  # one side only: nothing to say
+        assert cards and not browser.find_elements(By.CSS_SELECTOR, "#results .found-by")
+
+
+def test_the_console_stays_clean_and_the_favicon_answers(server, browser):
+    browser.get_log("browser")  # empty the buffer
+    browser.get(server + "/")
+    wait(browser, lambda d: "pages" in d.find_element(By.ID, "index-info").text)
+    status = browser.execute_script("return fetch('/favicon.ico').then(r => r.status)")
+    assert status in (200, 204)
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

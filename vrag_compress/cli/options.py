@@ -103,22 +103,6 @@ def file_name(hit: Any) -> str:
     return name or (Path(hit.source).name if hit.source else hit.doc_id)
 
 
-def snippet(text: str | None, query: str, width: int = 90) -> str:
-    """About `width` characters of the page text around the first query word found in it
-    (longest words first), else its beginning; whitespace collapsed."""
-    flat = " ".join((text or "").split())
-    if not flat:
-        return "(no text)"
-    lower = flat.lower()
-    words = sorted({w.strip(".,;:!?\"'()").lower() for w in query.split()}, key=len, reverse=True)
-    found = [lower.find(w) for w in words if len(w) > 2 and lower.find(w) >= 0]
-    start = max(0, found[0] - width // 3) if found else 0
-    piece = flat[start : start + width]
-    prefix = "…" if start > 0 else ""
-    suffix = "…" if start + width < len(flat) else ""
-    return f"{prefix}{piece}{suffix}"
-
-
 def resolve_document(documents: list[Any], name: str) -> str:
     """The doc id a user means: a doc id, a file name, or a path of an indexed source file.
 

@@ -20,9 +20,10 @@ from vrag_compress.cli.common import (
     open_index,
     out,
 )
-from vrag_compress.cli.options import check_choice, file_name, parse_filter, snippet
+from vrag_compress.cli.options import check_choice, file_name, parse_filter
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.messages import EMPTY_QUERY
+from vrag_compress.snippets import snippet
 
 if TYPE_CHECKING:
     from vrag_compress.store.base import SearchMode

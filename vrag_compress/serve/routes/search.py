@@ -1,4 +1,5 @@
-"""``GET /api/search``: top-k pages for a query, as `vrag search --json` prints them."""
+"""``GET /api/search``: top-k pages for a query, as `vrag search --json` prints them, and for
+each the snippet of its text around the match that `vrag search` shows (the web page's cards)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.serve.deps import READS, ApiError, check_query, server_of
 from vrag_compress.serve.guards import public_hit
 from vrag_compress.serve.server import Server
+from vrag_compress.snippets import snippet
 from vrag_compress.store import StoreError
 from vrag_compress.store.base import SearchMode
 from vrag_compress.store.filters import parse_user_filter
 
 router = APIRouter(dependencies=READS, tags=["search"])
+SNIPPET_CHARS = 160
+"""About four lines of a result card."""
 
 
 @router.get("/api/search")
@@ -33,7 +37,8 @@ def search(
     server: Server = Depends(server_of),
 ) -> dict[str, Any]:
     """Top-k pages; each hit as `vrag search --json` prints it (with regions, and with
-    `components` in the text and hybrid modes)."""
+    `components` in the text and hybrid modes); `snippets` holds, hit by hit, about 160
+    characters of its text around the first query word found in it."""
     check_query("q", q, k, server.config.max_k)
     try:
         hits = server.reader.search(
@@ -41,4 +46,8 @@ def search(
         )
     except (ValueError, EncoderLoadError, StoreError) as error:
         raise ApiError(400, str(error)) from error
-    return {"query": q, "hits": [public_hit(h.to_dict(), server.root) for h in hits]}
+    return {
+        "query": q,
+        "hits": [public_hit(h.to_dict(), server.root) for h in hits],
+        "snippets": [snippet(h.text, q, width=SNIPPET_CHARS) for h in hits],
+    }

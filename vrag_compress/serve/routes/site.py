@@ -1,5 +1,5 @@
-"""The web page, its two static files and the offline Swagger UI; nothing else is served from
-disk (no directory listing, no paths taken from the request)."""
+"""The web page, its two static files, an empty favicon and the offline Swagger UI; nothing
+else is served from disk (no directory listing, no paths taken from the request)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ def static(name: str) -> FileResponse:
     if name not in STATIC_FILES:
         raise ApiError(404, f"no static file {name!r}")
     return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    """No icon: an empty answer, so the browser asks once and logs no 404."""
+    return Response(status_code=204)
 
 
 @router.get("/docs")

@@ -16,6 +16,13 @@ function headers(extra) {
   return out;
 }
 
+// The server's key errors tell API clients to send a header; here the key goes in the key box.
+const KEY_HELP = {
+  401: "missing or wrong API key: type the server's key in the API key box at the top of the page",
+  403: "uploads and deletes are off: start the server with --api-key KEY (or VRAG_API_KEY), " +
+    "then type that key in the API key box at the top of the page",
+};
+
 async function api(path, options) {
   const opts = Object.assign({}, options || {});
   opts.headers = headers(opts.headers);
@@ -25,7 +32,7 @@ async function api(path, options) {
     try {
       message = (await response.json()).error || message;
     } catch (e) { /* not JSON */ }
-    throw new Error(message);
+    throw new Error(KEY_HELP[response.status] || message);
   }
   return response;
 }
@@ -104,24 +111,29 @@ async function search(event) {
     return;
   }
   setStatus("search-status", plural(body.hits.length, "page") + " for \u201c" + body.query + "\u201d");
-  body.hits.forEach((hit, rank) => results.appendChild(card(hit, rank + 1)));
+  body.hits.forEach((hit, i) => results.appendChild(card(hit, i + 1, body.snippets[i])));
 }
 
 function displayName(hit) {
   return (hit.metadata && hit.metadata.filename) || hit.doc_id;
 }
 
-function card(hit, rank) {
+function card(hit, rank, snippet) {
   const img = el("img", { alt: "page " + hit.page_no + " of " + displayName(hit), loading: "lazy" });
   const node = el("div", { className: "card", tabIndex: 0, "data-page-id": hit.page_id }, [
     img,
     el("div", { className: "name", text: rank + ". " + displayName(hit) }),
     el("div", { className: "muted", text: "page " + hit.page_no + " \u00b7 score " +
       hit.score.toFixed(3) }),
-    el("div", { className: "snippet", text: (hit.text || "").slice(0, 300) }),
   ]);
+  // text and hybrid hits say which side found them: "text + visual", "text" or "visual"
+  const sides = Object.keys(hit.components || {}).sort();
+  if (sides.length) node.appendChild(el("div", { className: "found-by muted",
+    text: "found by " + sides.join(" + ") }));
+  node.appendChild(el("div", { className: "snippet", text: snippet }));
   loadImage(img, pageUrl(hit.page_id, "image?max_side=400")).catch(() => {});
-  const open = () => openViewer(hit.page_id, displayName(hit) + ", page " + hit.page_no, hit);
+  const title = displayName(hit) + ", page " + hit.page_no;
+  const open = () => openViewer(hit.page_id, title, snippet);
   node.addEventListener("click", open);
   node.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
   return node;
@@ -129,11 +141,11 @@ function card(hit, rank) {
 
 // ------------------------------------------------------------------------------ page viewer
 
-async function openViewer(pageId, title, hit, focusRegion) {
+async function openViewer(pageId, title, snippet, focusRegion) {
   $("viewer").hidden = false;
   $("viewer").dataset.state = "loading";
   $("viewer-title").textContent = title;
-  $("page-text").textContent = (hit && hit.text) || "";
+  $("page-text").textContent = snippet || "";
   $("token-list").replaceChildren();
   $("viewer-score").textContent = "";
   state.explanation = null;

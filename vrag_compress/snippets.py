@@ -1,0 +1,20 @@
+"""The few words of a page's text that a result shows, around the match: the CLI's search table
+and the web page's result cards (through ``GET /api/search``) cut them the same way."""
+
+from __future__ import annotations
+
+
+def snippet(text: str | None, query: str, width: int = 90) -> str:
+    """About `width` characters of the page text around the first query word found in it
+    (longest words first), else its beginning; whitespace collapsed."""
+    flat = " ".join((text or "").split())
+    if not flat:
+        return "(no text)"
+    lower = flat.lower()
+    words = sorted({w.strip(".,;:!?\"'()").lower() for w in query.split()}, key=len, reverse=True)
+    found = [lower.find(w) for w in words if len(w) > 2 and lower.find(w) >= 0]
+    start = max(0, found[0] - width // 3) if found else 0
+    piece = flat[start : start + width]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + width < len(flat) else ""
+    return f"{prefix}{piece}{suffix}"
