@@ -179,7 +179,7 @@ def test_upload_indexes_in_the_background_and_delete_removes_it(index_dir, pdfs)
         assert not upload.parent.exists()
         missing = client.delete(f"/api/documents/{doc_id}", headers=AUTH)
         assert missing.status_code == 404
-        assert missing.json()["error"] == f"no document {doc_id!r} in {index_dir}"
+        assert missing.json()["error"] == f"no document {doc_id!r} in {index_dir.name}"
         assert client.get("/api/jobs/unknown").status_code == 404
         assert client.get("/api/verify").json()["ok"]
 

@@ -8,15 +8,18 @@ import itertools
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from vrag_compress import VisualIndex
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app
 from vrag_compress.store.filters import MAX_CONDITIONS, MAX_IN_VALUES
 from vrag_compress.store.user_input import MAX_JSON_DEPTH
+from vrag_compress.testing import WordEncoder
 
 KEY = "hostile-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -81,19 +84,22 @@ def index_dir(built, tmp_path) -> Path:
     return path
 
 
-@pytest.fixture()
-def client(index_dir, caplog):
+def fake_chat() -> Any:
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
     from langchain_vrag_compress import LangChainChatModel
 
-    chat = LangChainChatModel(
+    return LangChainChatModel(
         GenericFakeChatModel(messages=itertools.repeat(AIMessage("an answer")))
     )
+
+
+@pytest.fixture()
+def client(index_dir, caplog):
     config = ServeConfig(index_dir, api_key=KEY, ocr="never")
     with (
         caplog.at_level(logging.INFO),
-        TestClient(create_app(config, chat_model=chat), base_url="http://127.0.0.1") as test,
+        TestClient(create_app(config, chat_model=fake_chat()), base_url="http://127.0.0.1") as test,
     ):
         yield test
     assert_no_unhandled_errors(caplog)
@@ -280,3 +286,50 @@ def test_a_real_server_on_loopback_answers_4xx_and_logs_no_long_lines(index_dir,
     assert "Traceback" not in text and "Exception in ASGI" not in text, text[-3000:]
     assert "characters]" in text  # the long targets were logged, cut
     assert max(len(line) for line in text.splitlines()) < 1000
+
+
+def test_error_answers_never_show_the_index_folder(client, index_dir):
+    """Issue 49.10: a missing page, document or answer, and a stored image deleted from disk,
+    answered with the absolute index path (``no page 'nope' in /tmp/.../served.vrag``)."""
+    page_id = client.get("/api/search", params={"q": "court"}).json()["hits"][0]["page_id"]
+    for image in (index_dir / "images").rglob("*.webp"):
+        image.unlink()
+    answers = {
+        "page": client.get("/api/pages/nope/image"),
+        "explain": client.get("/api/pages/nope/explain", params={"q": "court"}),
+        "document": client.delete("/api/documents/nope", headers=AUTH),
+        "ask": client.post("/api/ask", json={"question": "who?", "filter": {"team": "nobody"}}),
+        "image": client.get(f"/api/pages/{page_id}/image"),
+    }
+    for name, answer in answers.items():
+        message = assert_refused(answer, 404, "")
+        for path in {str(index_dir), str(index_dir.resolve())}:
+            assert path not in answer.text, (name, message)
+    assert "served.vrag" in answers["page"].json()["error"]
+    assert "images/" in answers["image"].json()["error"]
+
+
+def test_a_no_images_index_whose_source_moved_answers_404(tmp_path, shared_data, caplog):
+    """Issue 49.9: a ``--no-images`` page is rendered from its source PDF; once the PDF moved,
+    ``GET /api/pages/{id}/image`` answered 500 with an `UnreadablePathError` traceback."""
+    encoder = WordEncoder()
+    pdf = tmp_path / "docs" / "report.pdf"
+    pdf.parent.mkdir()
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", pdf)
+    index_dir = tmp_path / "refs.vrag"
+    with VisualIndex.create(
+        index_dir, encoder=encoder, compressor="identity", store_images=False
+    ) as index:
+        report = index.add([pdf], progress=False, ocr="never")
+        (page_id,) = index.store.page_ids(report.documents_indexed[0])
+    pdf.rename(tmp_path / "moved.pdf")
+    config = ServeConfig(index_dir, ocr="never")
+    app = create_app(config, encoder=encoder, chat_model=fake_chat())
+    with caplog.at_level(logging.INFO), TestClient(app, base_url="http://127.0.0.1") as client:
+        for params in ({}, {"max_side": 64}):
+            answer = client.get(f"/api/pages/{page_id}/image", params=params)
+            message = assert_refused(answer, 404, "its source report.pdf does not exist")
+            assert str(tmp_path) not in message
+        asked = client.post("/api/ask", json={"question": "who argued?", "k": 1})
+        assert str(tmp_path) not in assert_refused(asked, 404, "does not exist")
+    assert_no_unhandled_errors(caplog)

@@ -54,7 +54,7 @@ def serve(
 ) -> None:
     """Serve a REST API (OpenAPI docs at /docs) and a web page to search, explain and upload."""
     try:
-        from vrag_compress.serve import ServeConfig, run
+        from vrag_compress.serve import HostError, ServeConfig, run
     except ImportError as error:
         fail(f"vrag serve needs the [serve] extra: pip install 'vrag-compress[serve]' ({error})")
     if max_upload_mb <= 0 or max_pages < 1:
@@ -74,7 +74,7 @@ def serve(
     )
     try:
         run(config, host=host, port=port)
-    except ValueError as error:
+    except HostError as error:
         raise typer.BadParameter(str(error), param_hint="--host") from error
     except Exception as error:  # index, model or chat model could not be opened
         fail(f"{type(error).__name__}: {error}")

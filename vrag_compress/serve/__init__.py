@@ -14,12 +14,16 @@ import socket
 from vrag_compress.serve.app import CONFIG_ENV, ServeConfig, create_app
 from vrag_compress.serve.server import ensure_index
 
-__all__ = ["ServeConfig", "create_app", "is_loopback", "run"]
+__all__ = ["HostError", "ServeConfig", "create_app", "is_loopback", "run"]
 
 WORKER_HEALTHCHECK_S = 120
 """How long uvicorn waits for a worker to answer its health check before replacing it: a worker
 loads torch and the model at start (tens of seconds on a busy machine), and a worker encoding
 pages may answer late; uvicorn's 5 s default kept killing them mid-start."""
+
+
+class HostError(ValueError):
+    """A ``--host`` the server will not bind as configured (another machine's clients, no key)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -44,7 +48,7 @@ def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
 
     if not is_loopback(host):
         if not config.api_key:
-            raise ValueError(
+            raise HostError(
                 f"--host {host} accepts connections from other machines: set --api-key "
                 "(or VRAG_API_KEY); every request must then send 'Authorization: Bearer KEY'"
             )

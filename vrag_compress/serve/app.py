@@ -3,7 +3,8 @@
 The routes live in one router per resource (`vrag_compress.serve.routes`); this module joins
 them with the guards every request passes (host names, API key and body size before the body
 is read, security headers, CORS when asked) and answers errors as JSON ``{"error": message}``
-with the same messages as the CLI. The handles the routes read live in `serve.server.Server`.
+with the same messages as the CLI, less the absolute path of the index folder. The handles the
+routes read live in `serve.server.Server`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vrag_compress.answering import ChatModel
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.messages import EMPTY_QUERY
-from vrag_compress.serve.deps import ApiError, ServeConfig
+from vrag_compress.serve.deps import ApiError, ServeConfig, server_of
 from vrag_compress.serve.guards import RequestGuard, allowed_host_names
 from vrag_compress.serve.logs import shorten_request_logs
 from vrag_compress.serve.routes import ROUTERS
@@ -98,11 +99,13 @@ def app_from_environment() -> FastAPI:
 def _add_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
-        return JSONResponse({"error": error.message}, status_code=error.status)
+        message = server_of(request).public(error.message)
+        return JSONResponse({"error": message}, status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
+        message = server_of(request).public(str(error.detail))
+        return JSONResponse({"error": message}, status_code=error.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, error: RequestValidationError) -> JSONResponse:

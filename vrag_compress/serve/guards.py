@@ -10,7 +10,7 @@
 and cuts any body off at the limit while it streams (chunked uploads declare no length), so at
 most the limit plus a little framing is ever read, spooled or written to disk.
 
-`public_path` and `public_hit` keep absolute server paths out of API answers.
+`public_path`, `public_hit` and `hide_root` keep absolute server paths out of API answers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path, PurePath
 from typing import Any
@@ -211,6 +212,15 @@ def public_path(path: str | None, root: Path) -> str | None:
         return PurePath(path).relative_to(root).as_posix()
     except ValueError:
         return PurePath(path).name
+
+
+def hide_root(text: str, root: Path) -> str:
+    """``text`` (an error message) without the absolute path of the index folder, as given or
+    resolved: a path inside it becomes relative to it, the folder itself its name."""
+    for prefix in sorted({str(root.absolute()), str(root.resolve())}, key=len, reverse=True):
+        if len(prefix) > 1:  # never the file system root
+            text = text.replace(prefix + os.sep, "").replace(prefix, PurePath(prefix).name)
+    return text
 
 
 def public_hit(hit: dict[str, Any], root: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ deletes run in whichever worker received them, under a lock shared by the proces
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -43,7 +44,16 @@ from typing import Any
 
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import SUPPORTED_SUFFIXES, IngestError, open_document
-from vrag_compress.store.validate import StoreInputError, metadata_json
+from vrag_compress.serve.guards import hide_root
+from vrag_compress.store import StoreError
+from vrag_compress.store.filters import check_user_metadata
+from vrag_compress.store.user_input import show
+from vrag_compress.store.validate import (
+    StoreInputError,
+    check_id,
+    check_optional_str,
+    metadata_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,23 +156,64 @@ class Job:
 
     @classmethod
     def load(cls, folder: Path) -> Job:
-        """The job recorded in ``folder``; ValueError/KeyError/OSError when it is unreadable."""
-        record = json.loads((folder / RECORD).read_text())
-        filename = safe_filename(str(record["filename"]))  # never a path out of the folder
-        state = record["state"] if record.get("state") in JOB_STATES else "queued"
-        return cls(
-            id=folder.name,
-            path=folder / filename,
-            filename=filename,
-            doc_id=str(record["doc_id"]),
-            n_pages=int(record["n_pages"]),
-            metadata=dict(record.get("metadata") or {}),
-            ocr=str(record.get("options", {}).get("ocr", "auto")),
-            state=state,
-            pages_done=int(record.get("pages_done") or 0),
-            failures=list(record.get("failures") or []),
-            error=record.get("error"),
-        )
+        """The job recorded in ``folder``: OSError when it cannot be read, ValueError (saying
+        why) when it is not a record the server could have written (a hand edit, an attacker
+        with write access to ``uploads/``): a bad id, metadata, count or nesting."""
+        text = (folder / RECORD).read_text(encoding="utf-8")
+        try:
+            record = json.loads(text)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"not a JSON object but {type(record).__name__}")
+        try:
+            filename = safe_filename(_text(record["filename"], "filename"))  # never a path out
+            options = record.get("options") or {}
+            if not isinstance(options, dict):
+                raise ValueError(f"options must be an object, got {show(options)}")
+            return cls(
+                id=folder.name,
+                path=folder / filename,
+                filename=filename,
+                doc_id=check_id(record["doc_id"], "doc_id"),
+                n_pages=_count(record["n_pages"], "n_pages"),
+                metadata=check_user_metadata(record.get("metadata") or {}),
+                ocr=_text(options.get("ocr", "auto"), "options.ocr"),
+                state=record["state"] if record.get("state") in JOB_STATES else "queued",
+                pages_done=_count(record.get("pages_done") or 0, "pages_done"),
+                failures=_failures(record.get("failures") or []),
+                error=check_optional_str(record.get("error"), "error"),
+            )
+        except KeyError as error:
+            raise ValueError(f"no {error} field") from None
+        except (TypeError, AttributeError) as error:
+            raise ValueError(str(error)) from None
+
+    @classmethod
+    def unreadable(cls, folder: Path, reason: str) -> Job:
+        """A failed job for an upload folder whose record cannot be used: its status says why,
+        and it is never queued, so its record is never written over."""
+        return cls(folder.name, folder / RECORD, "", "", 0, state="failed", error=reason)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {show(value)}")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a whole number >= 0, got {show(value)}")
+    return value
+
+
+def _failures(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not all(
+        isinstance(f, dict) and all(isinstance(v, str) for v in f.values()) for f in value
+    ):
+        raise ValueError(f"failures must be a list of objects of text, got {show(value)}")
+    return value
 
 
 class FileLock:
@@ -342,19 +393,22 @@ class JobQueue:
                 self._queue.put(job)
 
     def _recorded(self, folder: Path) -> Job | None:
-        """The job recorded in an upload folder; None (logged) for a folder without a readable
-        record: an upload that was refused or killed before it was accepted is never indexed."""
+        """The job recorded in an upload folder: None (logged) for a folder without a record (an
+        upload refused or killed before it was accepted), a failed `Job.unreadable` (logged on
+        one line) for a record the server cannot use or whose file is missing. Neither is ever
+        indexed, and the folder is left as it is."""
         try:
             job = Job.load(folder)
         except FileNotFoundError:
             log.warning("not resuming %s: no %s (the upload was never accepted)", folder, RECORD)
             return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("not resuming %s: unreadable %s (%s)", folder, RECORD, error)
-            return None
-        if job.state not in ("done", "failed") and not job.path.is_file():
+        except (OSError, ValueError) as error:  # UnicodeDecodeError is a ValueError too
+            job = Job.unreadable(folder, _unreadable(error))
+            log.warning("not resuming %s: %s", folder, job.error)
+            return job
+        if not job.finished and not job.path.is_file():
             log.warning("not resuming %s: its file %s is missing", folder, job.filename)
-            return None
+            return Job.unreadable(folder, f"its file {job.filename} is missing")
         return job
 
     # ------------------------------------------------------------------ reading
@@ -363,7 +417,8 @@ class JobQueue:
         if self.shared and (job is None or (not self.is_writer and not job.finished)):
             job = self._from_record(job_id)  # accepted or indexed by another worker
         if job is not None and job.state == "running":
-            job.pages_done = len(self.reader.store.page_ids(job.doc_id))
+            with contextlib.suppress(StoreError):  # a status never fails: the last count stays
+                job.pages_done = len(self.reader.store.page_ids(job.doc_id))
         return job
 
     def _from_record(self, job_id: str) -> Job | None:
@@ -373,8 +428,10 @@ class JobQueue:
         folder = self.uploads / job_id
         try:
             job = Job.load(folder)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as error:
+            job = Job.unreadable(folder, _unreadable(error))
         if job.finished and not self.is_writer:
             self.jobs[job_id] = job  # a finished job's record no longer changes
         return job
@@ -415,12 +472,20 @@ class JobQueue:
             try:
                 job = self._queue.get(timeout=POLL_S if self.shared else None)
             except queue.Empty:
-                self._pick_up_submitted()
+                try:
+                    self._pick_up_submitted()
+                except Exception:  # the writer outlives whatever it finds in uploads/
+                    log.exception("could not look for new uploads in %s", self.uploads)
                 continue
             if job is None:
                 return
             with self.write_lock:
-                self._run(job)
+                try:
+                    self._run(job)
+                except Exception as error:  # this job fails with the reason; the next ones run
+                    log.exception("upload %s failed", job.id)
+                    job.state, job.error = "failed", self._reason(error)
+                    self._record_end(job)
 
     def _run(self, job: Job) -> None:
         job.state = "running"
@@ -431,10 +496,10 @@ class JobQueue:
                 report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=job.ocr)
         except Exception as error:  # lock held by `vrag index`, disk full, model errors...
             log.exception("upload %s failed", job.id)
-            job.error = f"{type(error).__name__}: {error}"
+            job.error = self._reason(error)
             job.state = "failed"
         else:
-            job.failures = [_public_failure(f, job) for f in report.failures]
+            job.failures = [_public_failure(f, job, self.root) for f in report.failures]
             record = self.reader.store.document(job.doc_id)
             if job.doc_id in report.documents_skipped and record and record.source != str(job.path):
                 job.path.unlink(missing_ok=True)  # the same content was indexed from another file
@@ -444,12 +509,23 @@ class JobQueue:
         self._record_end(job)
 
     def _record_end(self, job: Job) -> None:
-        """Keep how a job ended for its status after a restart (best effort: a full disk must
-        not turn a finished upload into a crash)."""
+        """Keep how a job ended for its status after a restart (best effort: a full disk or a
+        value JSON cannot hold must not stop the writer)."""
         try:
             job.save()
-        except OSError as error:
+        except Exception as error:
             log.warning("could not record the end of upload %s: %s", job.id, error)
+
+    def _reason(self, error: Exception) -> str:
+        """Why a job failed, as its status shows it: no absolute path of the index folder."""
+        return hide_root(f"{type(error).__name__}: {error}", self.root)
+
+
+def _unreadable(error: OSError | ValueError) -> str:
+    """Why a record cannot be used, without its path (an OSError names the file)."""
+    if isinstance(error, OSError):
+        return f"unreadable {RECORD}: {error.strerror or 'read error'}"
+    return f"unreadable {RECORD}: {error}"
 
 
 def _inspect(path: Path, name: str) -> tuple[str, int]:
@@ -461,6 +537,6 @@ def _inspect(path: Path, name: str) -> tuple[str, int]:
         raise UploadError(f"{name}: {error.reason} ({error.fix})", 422) from error
 
 
-def _public_failure(failure: dict[str, str], job: Job) -> dict[str, str]:
+def _public_failure(failure: dict[str, str], job: Job, root: Path) -> dict[str, str]:
     """A failure entry with the upload's name instead of its path on the server."""
-    return {**failure, "path": job.filename}
+    return {**{k: hide_root(v, root) for k, v in failure.items()}, "path": job.filename}

@@ -21,6 +21,7 @@ from vrag_compress.answering import ChatModel, load_chat_model
 from vrag_compress.encoders.base import Encoder, query_twin
 from vrag_compress.index import VisualIndex
 from vrag_compress.serve.deps import ServeConfig
+from vrag_compress.serve.guards import hide_root
 from vrag_compress.serve.jobs import JobQueue
 
 
@@ -90,6 +91,11 @@ class Server:
         self.chat_model = chat_model
         if chat_model is None and config.llm:
             self.chat_model = load_chat_model(config.llm)
+
+    def public(self, message: str) -> str:
+        """An error message as answers show it: without the absolute path of the index folder
+        (paths inside it relative to it, the folder itself by its name)."""
+        return hide_root(message, Path(self.config.index_dir))
 
     def close(self) -> None:
         self.jobs.close()

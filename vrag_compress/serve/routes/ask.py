@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 
 from vrag_compress.answering import AnswerPage, ChatModel, answer_messages, page_reference
 from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.index import VisualIndexError
+from vrag_compress.ingest import IngestError
 from vrag_compress.serve.deps import READS, ApiError, check_query, server_of
 from vrag_compress.serve.guards import public_hit
 from vrag_compress.serve.server import Server
@@ -44,9 +46,14 @@ def ask(body: AskRequest, server: Server = Depends(server_of)) -> StreamingRespo
     except (ValueError, EncoderLoadError, StoreError) as error:
         raise ApiError(400, str(error)) from error
     if not hits:
-        raise ApiError(404, f"{server.config.index_dir}: the index has no pages to answer from")
+        raise ApiError(404, f"{server.root.name}: the index has no pages to answer from")
+    try:  # the images are read before the stream starts, so a missing one is a 404
+        pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
+    except (IngestError, OSError, ValueError, VisualIndexError) as error:
+        reason = f"its source file {error.reason}" if isinstance(error, IngestError) else error
+        raise ApiError(404, f"a retrieved page has no image to answer from: {reason}") from error
     return StreamingResponse(
-        _answer_stream(server.chat_model, question, hits, server.root),
+        _answer_stream(server.chat_model, question, pages, hits, server.root),
         media_type="application/x-ndjson",
     )
 
@@ -56,9 +63,8 @@ def no_llm_message() -> str:
 
 
 def _answer_stream(
-    chat_model: ChatModel, question: str, hits: list[Any], root: Path
+    chat_model: ChatModel, question: str, pages: list[AnswerPage], hits: list[Any], root: Path
 ) -> Iterator[bytes]:
-    pages = [AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
     cited = [
         public_hit(
             {

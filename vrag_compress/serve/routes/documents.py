@@ -48,7 +48,7 @@ def delete_document(doc_id: str, server: Server = Depends(server_of)) -> dict[st
     except StoreError as error:  # NUL, an over-long id
         raise ApiError(400, str(error)) from error
     if removed == 0:
-        raise ApiError(404, f"no document {show(doc_id)} in {server.config.index_dir}")
+        raise ApiError(404, f"no document {show(doc_id)} in {server.root.name}")
     return {"doc_id": doc_id, "pages_deleted": removed}
 
 

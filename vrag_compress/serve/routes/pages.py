@@ -8,10 +8,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, Response
+from PIL import Image
 
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndexError
+from vrag_compress.ingest import IngestError
 from vrag_compress.serve.deps import READS, ApiError, server_of
+from vrag_compress.serve.guards import public_path
 from vrag_compress.serve.server import Server
 from vrag_compress.store import StoreError
 from vrag_compress.store.user_input import show
@@ -27,8 +30,22 @@ def page_hit(server: Server, page_id: str) -> Any:
     except StoreError as error:  # NUL, an over-long id
         raise ApiError(400, str(error)) from error
     if not hits:
-        raise ApiError(404, f"no page {show(page_id)} in {server.config.index_dir}")
+        raise ApiError(404, f"no page {show(page_id)} in {server.root.name}")
     return hits[0]
+
+
+def page_picture(server: Server, hit: Any, page_id: str) -> Image.Image:
+    """The page's image (stored, or rendered from its source): 404 with the reason when there
+    is none to show, e.g. a ``--no-images`` index whose source file moved or changed."""
+    try:
+        return hit.image
+    except IngestError as error:
+        source = public_path(hit.source, server.root)
+        raise ApiError(
+            404, f"page {show(page_id)} has no stored image and its source {source} {error.reason}"
+        ) from error
+    except (OSError, ValueError, VisualIndexError) as error:  # a stored image missing, unsafe
+        raise ApiError(404, f"page {show(page_id)} has no image to show: {error}") from error
 
 
 @router.get("/api/pages/{page_id:path}/image")
@@ -46,10 +63,7 @@ def page_image(
             raise ApiError(404, f"page {show(page_id)} has no image inside the index")
         if path.is_file():
             return FileResponse(path, media_type=_mime(path))
-    try:
-        image = hit.image
-    except (FileNotFoundError, VisualIndexError) as error:
-        raise ApiError(404, str(error)) from error
+    image = page_picture(server, hit, page_id)
     if max_side:
         image.thumbnail((max_side, max_side))
     buffer = io.BytesIO()
@@ -82,7 +96,7 @@ def page_explain(
         from vrag_compress.visualize import draw_heatmap
 
         drawn = draw_heatmap(
-            hit.image,
+            page_picture(server, hit, page_id),
             explanation.heat,
             layout=layout if overlay else None,
             regions=explanation.regions,
