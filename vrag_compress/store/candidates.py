@@ -38,6 +38,7 @@ from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.maxsim import gather_pages, parallel_map
+from vrag_compress.store.maxsim_codes import byte_table, coded_maxsim
 from vrag_compress.store.token_rows import LazyTokens
 
 log = logging.getLogger(__name__)
@@ -304,6 +305,7 @@ class CandidateIndex:
             [self.base.bounds, self.tail.bounds[1:] + self.base.bounds[-1]]
         )
         self._check_shapes()
+        self._kernel_arrays: tuple[Any, ...] | None = None
 
     @classmethod
     def open(cls, root: Path, manifest: dict[str, Any]) -> CandidateIndex:
@@ -432,6 +434,24 @@ class CandidateIndex:
             packed[~in_base] = tail_resid[rows[~in_base] - n_base]
         return self.codec.decode(packed, codes, self.centroids)
 
+    def kernel_arrays(self) -> tuple[Any, ...]:
+        """What `maxsim_codes.coded_maxsim` reads: ``n_base``, the base and tail codes and
+        residuals (plain arrays over the memory maps), the centroids and the byte table."""
+        if self._kernel_arrays is None:
+            base_resid, tail_resid = self.base.resid, self.tail.resid
+            if self.codec is None or base_resid is None or tail_resid is None:
+                raise ValueError("this candidate index keeps no residual codes")
+            self._kernel_arrays = (
+                int(self.base.bounds[-1]),
+                np.asarray(self.base.codes),
+                np.asarray(base_resid),
+                np.asarray(self.tail.codes).astype(self.base.codes.dtype, copy=False),
+                np.asarray(tail_resid),
+                np.ascontiguousarray(self.centroids, dtype=np.float32),
+                byte_table(np.asarray(self.codec.weights, np.float32), self.codec.nbits),
+            )
+        return self._kernel_arrays
+
     def slots_of(self, pids: np.ndarray) -> np.ndarray:
         """The slot of each pid (its newest when several hold it); -1 where none does."""
         pids = np.asarray(pids, dtype=np.int64)
@@ -514,3 +534,17 @@ class CodedTokens(LazyTokens):
 
     def _read(self, rows: np.ndarray) -> np.ndarray:
         return self.index.decode_rows(self.rows[rows])
+
+    @property
+    def scores_from_codes(self) -> bool:
+        """Whether searches should score the codes in place (`maxsim`): the whole matrix is
+        beyond the fp32 cache, so decoded rows would be thrown away after each search."""
+        return self.shape[0] * self.shape[1] * 4 > self.cache_bytes
+
+    def maxsim(self, q: np.ndarray, pages: np.ndarray, threads: int = 1) -> np.ndarray:
+        """MaxSim of ``q`` against the given pages (positions in this matrix's page order),
+        scored from their codes without decoding them to a matrix."""
+        pages = np.asarray(pages, dtype=np.int64)
+        starts = self.rows[self.bounds[pages]]
+        lengths = self.bounds[pages + 1] - self.bounds[pages]
+        return coded_maxsim(q, self.index, starts, lengths, threads)

@@ -201,10 +201,16 @@ TIE_BAND = 2.0**-12
 
 
 def settled_top_k(
-    q: np.ndarray, scores: np.ndarray, k: int, tokens: Any, bounds: np.ndarray
+    q: np.ndarray,
+    scores: np.ndarray,
+    k: int,
+    tokens: Any,
+    bounds: np.ndarray,
+    pages: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the ``k`` best pages and their scores, best first, ties to the lower
-    position: the same bits however the fast ``scores`` were batched.
+    """Positions in ``scores`` of the ``k`` best pages and their scores, best first, ties to the
+    lower position: the same bits however the fast ``scores`` were batched or computed.
+    ``scores[i]`` is page ``pages[i]`` of ``tokens``/``bounds`` (page ``i`` without ``pages``).
 
     A BLAS product rounds a page's score differently with the product's shape (how many other
     queries or pages share it), so near-ties could swap places between a lone search and the
@@ -216,7 +222,7 @@ def settled_top_k(
     kth = float(np.partition(scores, n - k)[n - k]) if k < n else float(scores.min())
     band = TIE_BAND * (abs(kth) + len(q))
     idx = np.flatnonzero(scores >= kth - band)
-    settled = canonical_maxsim(q, tokens, bounds, idx)
+    settled = canonical_maxsim(q, tokens, bounds, idx if pages is None else pages[idx])
     order = np.lexsort((idx, -settled))[:k]
     return idx[order], settled[order]
 

@@ -27,6 +27,7 @@ from vrag_compress.store import catalog as cat
 from vrag_compress.store import integrity
 from vrag_compress.store.ann import TokenIndex
 from vrag_compress.store.base import SearchResult, StoreCorruptError
+from vrag_compress.store.candidates import CodedTokens
 from vrag_compress.store.centroid_index import CentroidIndexes, damage_advice
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.filter_sql import compile_filter
@@ -265,22 +266,32 @@ class Searcher:
         self, snap: Snapshot, qs: list[np.ndarray], k: int, pos: np.ndarray | None, threads: int
     ) -> Hits:
         if pos is None:
-            tokens, bounds, pos = snap.tokens, snap.bounds, np.arange(len(snap.pids))
+            pos = np.arange(len(snap.pids))
+        scores = self._scores(snap, qs, pos, threads)
+        out = []
+        for q, row in zip(qs, scores, strict=True):
+            best, settled = settled_top_k(q, row, k, snap.tokens, snap.bounds, pos)
+            out.append((snap.pids[pos[best]], settled))
+        return out
+
+    def _scores(
+        self, snap: Snapshot, qs: list[np.ndarray], pos: np.ndarray, threads: int
+    ) -> np.ndarray:
+        """``[Q, len(pos)]`` MaxSim of the pages at ``pos``: from their codes in place (a
+        codes-only store past the fp32 cache), on the scorer (a GPU, or the torch code on the
+        CPU in tests), or by BLAS over their rows."""
+        if self.ctx.scorer is None and isinstance(snap.tokens, CodedTokens):
+            if snap.tokens.scores_from_codes:
+                return np.stack([snap.tokens.maxsim(q, pos, threads) for q in qs])
+        if len(pos) == len(snap.pids):  # every page, in order
+            tokens, bounds = snap.tokens, snap.bounds
         else:
             rows, bounds = gather_pages(snap.bounds, pos)
             tokens = snap.tokens[rows]
         opts = self.ctx.options
-        if self.ctx.scorer is not None:  # a GPU (or the torch code on the CPU, in tests)
-            scores = self.ctx.scorer.maxsim(qs, tokens, bounds, chunk_tokens=opts.chunk_tokens)
-        else:
-            scores = maxsim_scores(
-                qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=threads
-            )
-        out = []
-        for q, row in zip(qs, scores, strict=True):
-            best, settled = settled_top_k(q, row, k, tokens, bounds)
-            out.append((snap.pids[pos[best]], settled))
-        return out
+        if self.ctx.scorer is not None:
+            return self.ctx.scorer.maxsim(qs, tokens, bounds, chunk_tokens=opts.chunk_tokens)
+        return maxsim_scores(qs, tokens, bounds, chunk_tokens=opts.chunk_tokens, threads=threads)
 
     def _two_stage(
         self, snap: Snapshot, q: np.ndarray, k: int, pos: np.ndarray | None, threads: int

@@ -1,0 +1,129 @@
+"""MaxSim straight from residual codes (`store/maxsim_codes.py`): the compiled kernel scores
+what numpy's decode-then-product scores, for 2- and 4-bit codes, base and tail parts, odd page
+and query lengths, on one thread or several; and a codes-only store past its fp32 cache answers
+through it exactly as one that decodes into the cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vrag_compress.store import LocalStore, PageRecord
+from vrag_compress.store.centroids import ResidualCodec, _pack, _unpack
+from vrag_compress.store.maxsim import gather_pages, maxsim_scores
+from vrag_compress.store.maxsim_codes import byte_table
+
+DIM = 32
+CENTRES = np.random.default_rng(0).normal(size=(40, DIM))
+
+
+def page(i: int) -> np.ndarray:
+    """Clustered unit vectors, 7 to 22 of them (odd and even lengths)."""
+    rng = np.random.default_rng(i)
+    n = 7 + i % 16
+    x = CENTRES[rng.integers(0, len(CENTRES), size=n)] + 0.4 * rng.normal(size=(n, DIM))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("nbits", [2, 4])
+def test_the_byte_table_holds_each_packed_bytes_bucket_means(nbits):
+    rng = np.random.default_rng(nbits)
+    weights = rng.normal(size=(DIM, 1 << nbits)).astype(np.float32)
+    buckets = rng.integers(0, 1 << nbits, size=(50, DIM)).astype(np.uint8)
+    packed = _pack(buckets, nbits)
+    table = byte_table(weights, nbits)
+    per = 8 // nbits
+    looked_up = table[np.arange(packed.shape[1]), packed].reshape(50, DIM)
+    assert np.array_equal(_unpack(packed, nbits, DIM), buckets)
+    assert np.array_equal(looked_up, weights[np.arange(DIM), buckets])
+    assert table.shape == (DIM // per, 256, per)
+
+
+@pytest.fixture(scope="module", params=["2bit", "4bit"])
+def coded_store(request, tmp_path_factory):
+    """A codes-only store with a trained base and, added after it, a tail part."""
+    path = tmp_path_factory.mktemp(request.param) / "s"
+    config = {"dim": DIM, "model_id": "t/kernel", "codes": request.param, "fp16": False}
+    with LocalStore.create(path, config, codes_min_tokens=1_000) as store:
+        store.add([PageRecord(f"p{i:04d}", "d", i + 1, page(i)) for i in range(300)])
+        store.optimize()
+        store.add([PageRecord(f"t{i:04d}", "tail", i + 1, page(1000 + i)) for i in range(40)])
+    return path
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("query_tokens", [1, 3, 4, 5, 20])
+def test_the_kernel_scores_what_the_decoded_rows_score(coded_store, threads, query_tokens):
+    rng = np.random.default_rng(query_tokens)
+    q = rng.normal(size=(query_tokens, DIM)).astype(np.float32)
+    with LocalStore.open(coded_store, readonly=True, cache_fp32_max_bytes=0) as store:
+        snap = store._searcher.snapshots.current()
+        tokens = snap.tokens
+        assert tokens.scores_from_codes
+        assert tokens.index.tail.resid is not None and len(tokens.index.tail.codes) > 0
+        pages = np.sort(rng.choice(len(snap.pids), size=150, replace=False))
+        fast = tokens.maxsim(q, pages, threads)
+        rows, bounds = gather_pages(snap.bounds, pages)
+        decoded = tokens[rows]
+        slow = maxsim_scores([q], decoded, bounds, sum_dtype=np.float64)[0]
+    np.testing.assert_allclose(fast, slow, rtol=2e-6, atol=2e-6 * query_tokens)
+
+
+def test_the_kernel_rounds_as_the_decoder_rounds():
+    """Decoded values go through fp16; the kernel's bit rounding gives the same values."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(400, DIM)).astype(np.float32) * 0.3
+    centroids = x[:16] + 1e-3
+    codes = rng.integers(0, 16, 400).astype(np.int32)
+    codec = ResidualCodec.fit(x - centroids[codes], 2)
+    packed = codec.encode(x, codes, centroids)
+    decoded = codec.decode(packed, codes, centroids)
+    from vrag_compress.store.maxsim_codes import _kernel
+
+    kernel = _kernel()
+    table = byte_table(codec.weights, 2)
+    empty = np.empty((0, packed.shape[1]), np.uint8)
+    for row in range(0, 400, 37):  # one-hot queries read single decoded values back
+        for d in (0, 5, DIM - 1):
+            q = np.zeros((1, DIM), np.float32)
+            q[0, d] = 1.0
+            out = np.empty(1, np.float32)
+            starts, lengths = np.array([row]), np.array([1])
+            kernel(q, starts, lengths, 400, codes, packed, codes[:0], empty, centroids, table, out)
+            assert out[0] == decoded[row, d]
+
+
+def test_a_store_past_its_cache_answers_like_one_that_caches(coded_store):
+    rng = np.random.default_rng(11)
+    queries = [rng.normal(size=(n, DIM)).astype(np.float32) for n in (1, 4, 9)]
+    answers = {}
+    for cache in (0, 1 << 30):
+        opts = {"cache_fp32_max_bytes": cache, "threads": 2}
+        with LocalStore.open(coded_store, readonly=True, **opts) as store:
+            assert store._searcher.snapshots.current().tokens.scores_from_codes is (cache == 0)
+            answers[cache] = [
+                [(h.page_id, h.score) for h in store.search(q, k=10, mode=mode, filter=where)]
+                for q in queries
+                for mode in ("exact", "two_stage")
+                for where in (None, {"doc_id": "tail"})
+            ]
+    assert answers[0] == answers[1 << 30]
+
+
+def test_without_a_writable_cache_folder_the_kernel_compiles_in_memory(monkeypatch):
+    from vrag_compress.store import maxsim_codes
+
+    asked: list[bool] = []
+
+    def compile_(cache: bool) -> str:
+        asked.append(cache)
+        if cache:
+            raise RuntimeError("cannot cache function 'coded_maxsim': no locator available")
+        return "in memory"
+
+    monkeypatch.setattr(maxsim_codes, "_compile", compile_)
+    maxsim_codes._kernel.cache_clear()
+    try:
+        assert maxsim_codes._kernel() == "in memory" and asked == [True, False]
+    finally:
+        maxsim_codes._kernel.cache_clear()
