@@ -259,6 +259,8 @@ def tied_pages(n_unique: int = 12, copies: int = 4) -> list:
         ("exact", {"threads": 2}),
         ("two_stage", {"threads": 1, "rerank_depth": 48}),
         ("two_stage", {"threads": 2, "rerank_depth": 48}),
+        ("exact", {"threads": 2, "codes": "2bit"}),  # scored from residual codes in place
+        ("two_stage", {"threads": 1, "rerank_depth": 48, "codes": "4bit"}),
     ],
 )
 def test_a_query_ranks_the_same_alone_and_in_any_batch(tmp_path, mode, options):
@@ -267,16 +269,24 @@ def test_a_query_ranks_the_same_alone_and_in_any_batch(tmp_path, mode, options):
     scores, whichever batch a query lands in (this failed 1 run in 3-6 when scores were taken
     straight from the batched product)."""
     from vrag_compress.store import LocalStore
+    from vrag_compress.store.candidates import CodedTokens
 
     rng = np.random.default_rng(9)
     pages = tied_pages()
-    with LocalStore.create(tmp_path / "s", {"dim": 32, "model_id": "ties/test"}) as store:
+    options = dict(options)
+    config = {"dim": 32, "model_id": "ties/test"}
+    if "codes" in options:
+        config.update(codes=options.pop("codes"), fp16=False)
+    with LocalStore.create(tmp_path / "s", config, codes_min_tokens=100) as store:
         store.add(pages)
         store.optimize()
+        assert store.config.get("fp16", True) is ("codes" not in config)
     queries = [
         pages[i].vectors[:3] + 0.05 * rng.normal(size=(3, 32)).astype(np.float32) for i in range(12)
     ] + [rng.normal(size=(n, 32)).astype(np.float32) for n in (2, 5, 9)]
     with LocalStore.open(tmp_path / "s", readonly=True, **options) as store:
+        tokens = store._searcher.snapshots.current().tokens
+        assert isinstance(tokens, CodedTokens) is ("codes" in config)
         alone = [[(h.page_id, h.score) for h in store.search(q, k=10, mode=mode)] for q in queries]
         for size in range(2, len(queries) + 1):
             for start in (0, len(queries) - size):

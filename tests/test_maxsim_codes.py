@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vrag_compress.scoring import maxsim
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.centroids import ResidualCodec, _pack, _unpack
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores
@@ -59,7 +60,6 @@ def test_the_kernel_scores_what_the_decoded_rows_score(coded_store, threads, que
     with LocalStore.open(coded_store, readonly=True, cache_fp32_max_bytes=0) as store:
         snap = store._searcher.snapshots.current()
         tokens = snap.tokens
-        assert tokens.scores_from_codes
         assert tokens.index.tail.resid is not None and len(tokens.index.tail.codes) > 0
         pages = np.sort(rng.choice(len(snap.pids), size=150, replace=False))
         fast = tokens.maxsim(q, pages, threads)
@@ -93,14 +93,16 @@ def test_the_kernel_rounds_as_the_decoder_rounds():
             assert out[0] == decoded[row, d]
 
 
-def test_a_store_past_its_cache_answers_like_one_that_caches(coded_store):
+def test_a_codes_only_store_ranks_by_its_decoded_vectors(coded_store):
+    """Searches score codes in place; the ranking and scores are those of the decoded vectors
+    that `get` returns, with or without the fp32 cache, on one thread or two."""
     rng = np.random.default_rng(11)
     queries = [rng.normal(size=(n, DIM)).astype(np.float32) for n in (1, 4, 9)]
     answers = {}
-    for cache in (0, 1 << 30):
-        opts = {"cache_fp32_max_bytes": cache, "threads": 2}
+    for cache, threads in ((0, 1), (1 << 30, 2)):
+        opts = {"cache_fp32_max_bytes": cache, "threads": threads}
         with LocalStore.open(coded_store, readonly=True, **opts) as store:
-            assert store._searcher.snapshots.current().tokens.scores_from_codes is (cache == 0)
+            kept = {r.page_id: r.vectors for r in store.get(store.page_ids())}
             answers[cache] = [
                 [(h.page_id, h.score) for h in store.search(q, k=10, mode=mode, filter=where)]
                 for q in queries
@@ -108,6 +110,10 @@ def test_a_store_past_its_cache_answers_like_one_that_caches(coded_store):
                 for where in (None, {"doc_id": "tail"})
             ]
     assert answers[0] == answers[1 << 30]
+    for q, hits in zip(queries, answers[0][::4], strict=True):  # exact, unfiltered
+        truth = sorted(((-maxsim(q, v), p) for p, v in kept.items()))[:10]
+        assert [p for _, p in truth] == [p for p, _ in hits]
+        np.testing.assert_allclose([-s for s, _ in truth], [s for _, s in hits], rtol=1e-5)
 
 
 def test_without_a_writable_cache_folder_the_kernel_compiles_in_memory(monkeypatch):
