@@ -37,8 +37,8 @@ import numpy as np
 from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
+from vrag_compress.store.kernels import byte_table, coded_maxsim
 from vrag_compress.store.maxsim import gather_pages, parallel_map
-from vrag_compress.store.maxsim_codes import byte_table, coded_maxsim
 from vrag_compress.store.token_rows import LazyTokens
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ NBITS = {"none": 0, "4bit": 4, "2bit": 2}
 _CRC_CHUNK = 1 << 26
 MERGE_TAIL_FRACTION = 0.25  # merge tails into the base past this share of its tokens ...
 MERGE_MAX_TAILS = 64  # ... or this many tail parts
+PROBE_BLOCK = 8  # query tokens probed in one product (a fixed shape: the same bits anywhere)
 
 
 @dataclass
@@ -373,27 +374,27 @@ class CandidateIndex:
         self, query: np.ndarray, nprobe: int, threads: int = 1
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """The slots the probed cells name (base pages from their lists, every tail page from
-        its codes), their approximate scores, and the score of every other slot.
+        its codes), their approximate scores (float64), and the score of every other slot.
 
-        A page's score is a sum over query tokens, so ``threads > 1`` splits the query tokens
-        into groups, probes and reads the lists of each group on its own thread and adds the
-        groups' scores up."""
-        groups = np.array_split(np.arange(len(query)), min(max(threads, 1), len(query)))
-        if len(groups) <= 1:
-            return self.probed_scores(*cz.probe(query, self.centroids, nprobe))
+        A page's score is a sum over query tokens, so the tokens are probed and their lists
+        read in fixed blocks of `PROBE_BLOCK` (the same products, so the same bits, however
+        many threads share them out), and the blocks' exact float64 sums are added up."""
+        blocks = [query[i : i + PROBE_BLOCK] for i in range(0, len(query), PROBE_BLOCK)]
         parts = parallel_map(
-            lambda rows: self.probed_scores(*cz.probe(query[rows], self.centroids, nprobe)),
-            groups,
-            len(groups),
+            lambda rows: self.probed_scores(*cz.probe(rows, self.centroids, nprobe)),
+            blocks,
+            min(max(threads, 1), len(blocks)),
         )
-        total = np.zeros(self.n_slots, dtype=np.float32)
+        if len(parts) == 1:
+            return parts[0]
+        total = np.zeros(self.n_slots, dtype=np.float64)  # float64: exact in any order
         named = np.zeros(self.n_slots, dtype=bool)
         for slots, scores, floor_sum in parts:
-            total[slots] += scores - np.float32(floor_sum)
+            total[slots] += scores - floor_sum
             named[slots] = True
-        floor_sum = float(np.float32(sum(p[2] for p in parts)))
+        floor_sum = sum(p[2] for p in parts)
         touched = np.flatnonzero(named)
-        return touched, total[touched] + np.float32(floor_sum), floor_sum
+        return touched, total[touched] + floor_sum, floor_sum
 
     def probed_scores(
         self, cells: np.ndarray, cell_scores: np.ndarray, floor: np.ndarray
@@ -402,7 +403,7 @@ class CandidateIndex:
         slots, scores = cz.touched_scores(
             cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids)
         )
-        floor_sum = float(np.float32(floor.sum(dtype=np.float64)))
+        floor_sum = float(floor.sum(dtype=np.float64))
         if len(self.tail.pids) == 0:
             return slots, scores, floor_sum
         tail = cz.code_scores(cells, cell_scores, floor, self.tail.codes, self.tail.bounds, self.k)
@@ -435,7 +436,7 @@ class CandidateIndex:
         return self.codec.decode(packed, codes, self.centroids)
 
     def kernel_arrays(self) -> tuple[Any, ...]:
-        """What `maxsim_codes.coded_maxsim` reads: ``n_base``, the base and tail codes and
+        """What `kernels.coded_maxsim` reads: ``n_base``, the base and tail codes and
         residuals (plain arrays over the memory maps), the centroids and the byte table."""
         if self._kernel_arrays is None:
             base_resid, tail_resid = self.base.resid, self.tail.resid

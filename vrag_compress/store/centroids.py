@@ -36,8 +36,6 @@ EXACT_ASSIGN_MAX_K = 1024  # above, tokens are assigned through an HNSW graph ov
 HNSW_M, HNSW_EF_BUILD, HNSW_EF_SEARCH = 32, 80, 16
 TWO_LEVEL_MIN_K = 8192  # from here k-means runs in two levels (`_two_level`)
 _ASSIGN_CHUNK = 1 << 17
-DENSE_STAGE_RATIO = 4  # dense candidate stage while tokens × pages ≤ 4 × entries read
-_GROUP_FLOATS = 1 << 24  # bound of the [query tokens, touched pages] buffer of `touched_scores`
 
 
 @dataclass(frozen=True)
@@ -323,72 +321,18 @@ def touched_scores(
     pages: np.ndarray,
     n_pages: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The pages the probed cells' lists name (any order) and their approximate scores.
+    """The pages the probed cells' lists name (ascending) and their approximate scores
+    (float64): per query token the best probed cell naming the page, else the token's floor.
 
-    Sub-linear in the collection: only the probed lists' entries are read, and the per-page
-    work runs over the pages they name, not over every page (every other page scores the sum
-    of the floors). Duplicates are removed without sorting: each entry writes its index into
-    a scratch slot of its page and the entry that reads its own index back is the page's one
-    representative (the arrays are allocated uninitialised, so untouched pages cost nothing)."""
-    floor_sum = np.float32(floor.sum(dtype=np.float64))
-    m, n = cells.shape if cells.ndim == 2 else (0, 0)
-    flat = cells.ravel().astype(np.int64)
-    starts, lengths = indptr[flat], indptr[flat + 1] - indptr[flat]
-    entry_bounds = np.zeros(len(flat) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=entry_bounds[1:])
-    n_entries = int(entry_bounds[-1])
-    if n_pages == 0 or n_entries == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-    rows = np.repeat(starts - entry_bounds[:-1], lengths) + np.arange(n_entries)
-    gain = np.repeat((cell_scores - floor[:, None]).ravel(), lengths).astype(np.float32)
-    if m * n_pages <= DENSE_STAGE_RATIO * n_entries:  # the lists name most pages anyway
-        return _dense_touched(pages[rows], gain, entry_bounds[::n], n_pages, floor_sum)
-    page = pages[rows].astype(np.int64)
-    order = np.arange(n_entries, dtype=np.int64)
-    scratch = np.empty(n_pages, dtype=np.int64)
-    scratch[page] = order
-    touched = page[scratch[page] == order]
-    scratch[touched] = np.arange(len(touched))
-    local = scratch[page]  # each entry's page as a position in `touched`
-    total = _sum_of_token_maxima(local, gain, entry_bounds[::n], len(touched))
-    return touched, total + floor_sum
+    Sub-linear in the collection: only the probed lists' entries are read, in one compiled
+    pass (`kernels.list_gains`; every other page scores the sum of the floors)."""
+    from vrag_compress.store.kernels import list_gains
 
-
-def _dense_touched(
-    page: np.ndarray,
-    gain: np.ndarray,
-    token_bounds: np.ndarray,
-    n_pages: int,
-    floor_sum: np.float32,
-) -> tuple[np.ndarray, np.ndarray]:
-    """`touched_scores` when the probed lists name most of the collection: a dense
-    ``[query tokens, pages]`` scatter-max (cache-friendly, no deduplication) beats the sparse
-    path there (20,000 pages: 7 ns per entry against 19)."""
-    total = _sum_of_token_maxima(page, gain, token_bounds, n_pages)
-    named = np.zeros(n_pages, dtype=bool)
-    named[page] = True
-    touched = np.flatnonzero(named)
-    return touched, total[touched] + floor_sum
-
-
-def _sum_of_token_maxima(
-    column: np.ndarray, gain: np.ndarray, token_bounds: np.ndarray, width: int
-) -> np.ndarray:
-    """``[width]`` sums over query tokens of each column's best gain: entries
-    ``token_bounds[t]:token_bounds[t+1]`` belong to query token ``t`` and add ``gain`` to
-    ``column`` (a page, or its position among the touched pages). The ``[tokens, width]``
-    scatter-max runs in groups of query tokens, only to bound its memory."""
-    m = len(token_bounds) - 1
-    total = np.zeros(width, dtype=np.float32)
-    group = max(1, _GROUP_FLOATS // max(width, 1))
-    for t0 in range(0, m, group):
-        t1 = min(m, t0 + group)
-        e0, e1 = token_bounds[t0], token_bounds[t1]
-        token = np.repeat(np.arange(t1 - t0), np.diff(token_bounds[t0 : t1 + 1]))
-        best = np.zeros((t1 - t0) * width, dtype=np.float32)
-        np.maximum.at(best, token * width + column[e0:e1], gain[e0:e1])
-        total += best.reshape(t1 - t0, width).sum(axis=0)
-    return total
+    if n_pages == 0 or cells.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    gains = np.asarray(cell_scores, dtype=np.float32) - floor[:, None]
+    touched, total = list_gains(cells, gains, indptr, pages, n_pages)
+    return touched, total + floor.sum(dtype=np.float64)
 
 
 def code_scores(
@@ -402,14 +346,14 @@ def code_scores(
     """The same approximate page scores computed straight from the pages' codes (for pages
     not yet in the lists): a ``[M, K]`` gain table gathered at each token's code."""
     n_pages = len(bounds) - 1
-    total = np.full(n_pages, floor.sum(dtype=np.float64), dtype=np.float32)
+    total = np.full(n_pages, floor.sum(dtype=np.float64), dtype=np.float64)
     if n_pages == 0 or len(cells) == 0:
         return total
     gain = np.zeros((len(cells), k), dtype=np.float32)
     np.put_along_axis(gain, cells, cell_scores - floor[:, None], axis=1)
     per_token = gain[:, codes.astype(np.int64)]  # [M, T]
     best = np.maximum.reduceat(per_token, bounds[:-1], axis=1)
-    return total + best.sum(axis=0)
+    return total + best.sum(axis=0, dtype=np.float64)  # exact, as `touched_scores`'s sums
 
 
 def top_pages(scores: np.ndarray, live: np.ndarray | None, depth: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""MaxSim straight from residual codes (`store/maxsim_codes.py`): the compiled kernel scores
+"""MaxSim straight from residual codes (`store/kernels.py`): the compiled kernel scores
 what numpy's decode-then-product scores, for 2- and 4-bit codes, base and tail parts, odd page
 and query lengths, on one thread or several; and a codes-only store past its fp32 cache answers
 through it exactly as one that decodes into the cache."""
@@ -11,8 +11,8 @@ import pytest
 from vrag_compress.scoring import maxsim
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.centroids import ResidualCodec, _pack, _unpack
+from vrag_compress.store.kernels import byte_table
 from vrag_compress.store.maxsim import gather_pages, maxsim_scores
-from vrag_compress.store.maxsim_codes import byte_table
 
 DIM = 32
 CENTRES = np.random.default_rng(0).normal(size=(40, DIM))
@@ -78,9 +78,9 @@ def test_the_kernel_rounds_as_the_decoder_rounds():
     codec = ResidualCodec.fit(x - centroids[codes], 2)
     packed = codec.encode(x, codes, centroids)
     decoded = codec.decode(packed, codes, centroids)
-    from vrag_compress.store.maxsim_codes import _kernel
+    from vrag_compress.store.kernels import kernels
 
-    kernel = _kernel()
+    kernel = kernels().coded_maxsim
     table = byte_table(codec.weights, 2)
     empty = np.empty((0, packed.shape[1]), np.uint8)
     for row in range(0, 400, 37):  # one-hot queries read single decoded values back
@@ -117,7 +117,7 @@ def test_a_codes_only_store_ranks_by_its_decoded_vectors(coded_store):
 
 
 def test_without_a_writable_cache_folder_the_kernel_compiles_in_memory(monkeypatch):
-    from vrag_compress.store import maxsim_codes
+    from vrag_compress.store import kernels
 
     asked: list[bool] = []
 
@@ -127,9 +127,9 @@ def test_without_a_writable_cache_folder_the_kernel_compiles_in_memory(monkeypat
             raise RuntimeError("cannot cache function 'coded_maxsim': no locator available")
         return "in memory"
 
-    monkeypatch.setattr(maxsim_codes, "_compile", compile_)
-    maxsim_codes._kernel.cache_clear()
+    monkeypatch.setattr(kernels, "_compile", compile_)
+    kernels.kernels.cache_clear()
     try:
-        assert maxsim_codes._kernel() == "in memory" and asked == [True, False]
+        assert kernels.kernels() == "in memory" and asked == [True, False]
     finally:
-        maxsim_codes._kernel.cache_clear()
+        kernels.kernels.cache_clear()

@@ -1,26 +1,31 @@
-"""MaxSim straight from residual codes: a compiled kernel that decodes each page token into a
-small buffer and scores it against the query at once, so a rerank of a codes-only store never
-builds the decoded ``[T, D]`` matrix.
+"""The store's compiled loops (numba), where numpy's whole-array passes cost more than the
+work: MaxSim straight from residual codes (the rerank of a codes-only store) and the
+accumulation of the probed cells' page lists (the candidate stage).
 
-Profile of a 1M-page 2-bit store (docs/store.md): 371 of a query's 577 ms went to numpy's
-decode of the 2,282 reranked pages (unpack to one byte per value, a fancy-indexed gather of
-the bucket means, the fp16 round trip, each a full pass over 235k x 128 values) and 23 ms to
-the product. Here each token is decoded once, in cache, from a per-byte table (a packed byte's
-2 or 4 bucket means, 128 KB), rounded to fp16 precision as `ResidualCodec.decode` rounds, and
-dotted with every query token while it is hot. Pages are split over the search threads
-(`parallel_map`); the kernel releases the GIL.
+**MaxSim from codes.** Profile of a 1M-page 2-bit store (docs/store.md): 371 of a query's
+577 ms went to numpy's decode of the 2,282 reranked pages (unpack to one byte per value, a
+fancy-indexed gather of the bucket means, the fp16 round trip, each a full pass over 235k x 128
+values) and 23 ms to the product. `coded_maxsim` decodes each token once, in cache, from a
+per-byte table (a packed byte's 2 or 4 bucket means, 128 KB), rounds it to fp16 precision as
+`ResidualCodec.decode` does, and dots it with four query tokens at a time while it is hot. A
+lookup-table score (q . centroid + a sum of per-byte query tables) was the other way: it needs
+32 (2-bit) or 64 (4-bit) scattered table reads per page token and query token against 128
+contiguous multiply-adds that vectorise here, and it cannot reproduce the fp16 rounding. Each
+page is scored one fixed way, so a page's score has the same bits in any batch.
 
-A lookup-table score (q . centroid + a sum of per-byte query tables) was the other way the
-issue offered: it needs 32 (2-bit) or 64 (4-bit) scattered table reads per page token and query
-token, against 128 contiguous multiply-adds that vectorise here, and it cannot reproduce the
-fp16 rounding, so the decoded dot won (measured in docs/store.md).
+**Page-list accumulation.** `list_gains` walks each query token's probed cells best first and
+credits a page the gain of the first (best) cell whose list names it: one pass over the list
+entries with a per-page stamp, instead of numpy's repeat/gather/scatter-max passes. Sums are
+float64, exact for these float32 gains in any order, so splitting query tokens over threads
+gives the same candidates as one thread.
 
-Scores are fp32 sums in a fixed order; the search settles its top k with `settled_top_k`, so
-the last bits of these scores never decide an order.
+The kernels release the GIL; callers split the work over the search threads (`parallel_map`).
+Compiled code is cached on disk by numba (next to this file, or numba's user cache folder).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -31,17 +36,25 @@ from vrag_compress.store.maxsim import parallel_map
 MIN_PAGES_PER_THREAD = 64  # smaller shares cost more to hand out than they save
 
 
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled functions (see the module docstring)."""
+
+    coded_maxsim: Any
+    list_gains: Any
+
+
 @cache
-def _kernel() -> Any:
-    """The compiled kernel (numba loads, and compiles or reads its on-disk cache, on first
-    use; where no cache folder is writable it compiles in memory, about 1 s per process)."""
+def kernels() -> Kernels:
+    """The compiled kernels (numba loads, and compiles or reads its on-disk cache, on first
+    use; where no cache folder is writable it compiles in memory, about 2 s per process)."""
     try:
         return _compile(cache=True)
     except RuntimeError:  # numba found no writable place for its cache
         return _compile(cache=False)
 
 
-def _compile(cache: bool) -> Any:
+def _compile(cache: bool) -> Kernels:
     import numba
 
     jit = numba.njit(nogil=True, cache=cache, fastmath={"reassoc", "contract"})
@@ -133,7 +146,21 @@ def _compile(cache: bool) -> Any:
                 total += best[m]
             out[p] = total
 
-    return coded_maxsim
+    @jit
+    def list_gains(cells, gains, indptr, lists, total, stamp):  # noqa: ANN001, ANN202
+        """Credit each page named by query token ``t``'s probed lists (``cells[t]``, best
+        first) with the gain of the first list naming it; ``stamp`` starts at -1."""
+        for t in range(cells.shape[0]):
+            for j in range(cells.shape[1]):
+                cell = cells[t, j]
+                gain = np.float64(gains[t, j])
+                for entry in range(indptr[cell], indptr[cell + 1]):
+                    page = lists[entry]
+                    if stamp[page] != t:
+                        stamp[page] = t
+                        total[page] += gain
+
+    return Kernels(coded_maxsim, list_gains)
 
 
 def byte_table(weights: np.ndarray, nbits: int) -> np.ndarray:
@@ -163,7 +190,7 @@ def coded_maxsim(
     out = np.empty(len(starts), dtype=np.float32)
     if len(out) == 0:
         return out
-    kernel = _kernel()
+    kernel = kernels().coded_maxsim
     args = index.kernel_arrays()
 
     def run(span: tuple[int, int]) -> None:
@@ -174,3 +201,23 @@ def coded_maxsim(
     edges = np.linspace(0, len(out), shares + 1).astype(np.int64)
     parallel_map(run, list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)), shares)
     return out
+
+
+def list_gains(
+    cells: np.ndarray, gains: np.ndarray, indptr: np.ndarray, lists: np.ndarray, n_pages: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pages (ascending) that query tokens' probed cells ``cells[M, n]`` (best first, with
+    ``gains`` over the unprobed floor) name in the CSR lists ``indptr``/``lists``, and each
+    page's sum over tokens of its best named cell's gain (float64)."""
+    total = np.zeros(n_pages, dtype=np.float64)
+    stamp = np.full(n_pages, -1, dtype=np.int32)
+    kernels().list_gains(
+        np.ascontiguousarray(cells, dtype=np.int64),
+        np.ascontiguousarray(gains, dtype=np.float32),
+        np.asarray(indptr),
+        np.asarray(lists),
+        total,
+        stamp,
+    )
+    touched = np.flatnonzero(stamp >= 0)
+    return touched, total[touched]
