@@ -61,6 +61,16 @@ def test_candidate_index_codes_are_typed_and_checked():
         IndexConfig.from_dict({**LEGACY, "codes": "3bit"})
 
 
+def test_the_model_fingerprint_is_kept_when_recorded_and_absent_from_older_configs():
+    assert IndexConfig.from_dict(LEGACY).model_fingerprint is None
+    assert "model_fingerprint" not in IndexConfig.from_dict(LEGACY).to_dict()
+    config = IndexConfig.from_dict({**LEGACY, "model_fingerprint": "w1:ab"})
+    assert config.model_fingerprint == "w1:ab" and "model_fingerprint" not in config.extra
+    assert IndexConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(IndexConfigError, match="model_fingerprint"):
+        IndexConfig.from_dict({**LEGACY, "model_fingerprint": 5})
+
+
 class NamedOnly:
     """An encoder as far as `create` needs one (no pages are added)."""
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from PIL import Image
 from vrag_compress.compress import compressor_for
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText, query_twin
+from vrag_compress.encoders.fingerprint import model_fingerprint, model_folder
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
     DEFAULT_MODEL,
@@ -29,6 +31,7 @@ from vrag_compress.index_config import (
     IndexConfig,
     IndexConfigError,
     IndexOptions,
+    ModelChangedWarning,
     VisualIndexError,
     recorded_compressor,
     reopen_options,
@@ -69,6 +72,7 @@ __all__ = [
     "AddReport",
     "Hit",
     "IndexConfig",
+    "ModelChangedWarning",
     "ModelMismatchError",
     "VisualIndex",
     "VisualIndexError",
@@ -268,8 +272,9 @@ class VisualIndex:
             )
         built = compressor_for(compressor, encoder=encoder, ratio=ratio)
         _check_rebuildable(built)
+        model_id = _model_config_name(encoder)
         config = IndexConfig(
-            model_id=_model_config_name(encoder),
+            model_id=model_id,
             dim=int(encoder.dim),
             encoder=_encoder_info(encoder),
             compressor=built.name,
@@ -284,6 +289,7 @@ class VisualIndex:
             codes=codes,
             fp16=fp16,
             layout=layout_rule,
+            model_fingerprint=model_fingerprint(model_id),
         ).to_dict()
         if store is None:
             return cls(path, create_store(path, config), encoder, device, built)
@@ -358,7 +364,23 @@ class VisualIndex:
                 f"{path} was indexed with model {index.model_id!r}, not {asked!r}: query vectors "
                 "of different models are not comparable. Open it without a model, or re-index."
             )
+        index._check_weights()
         return index
+
+    def _check_weights(self) -> None:
+        """Warn when the model's weights are not those the index was built with: a folder
+        rewritten in place keeps its name (and often its shapes), yet changes every query."""
+        recorded = self.config.model_fingerprint
+        current = model_fingerprint(self.model_id) if recorded is not None else None
+        if current is not None and current != recorded:
+            warnings.warn(
+                f"{self.path}: the weights of model {self.model_id!r} (in "
+                f"{model_folder(self.model_id)}) changed since this index was built, so queries "
+                "and stored pages no longer come from one model and rankings may shift. Restore "
+                "the model's files, or re-index.",
+                ModelChangedWarning,
+                stacklevel=3,
+            )
 
     def close(self) -> None:
         """Close the store (and release the writer lock); the index is unusable after."""
@@ -396,7 +418,9 @@ class VisualIndex:
             if self._encoder is None and self._query_encoder is None and on_cpu and wanted:
                 from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
 
-                self._query_encoder = load_onnx_query_encoder(self.model_id)
+                self._query_encoder = load_onnx_query_encoder(
+                    self.model_id, dim=self.config.dim, fingerprint=self.config.model_fingerprint
+                )
             if self._encoder is None and self._query_encoder is not None:
                 return self._query_encoder
             encoder = self.encoder

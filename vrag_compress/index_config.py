@@ -45,6 +45,7 @@ __all__ = [
     "IndexConfig",
     "IndexConfigError",
     "IndexOptions",
+    "ModelChangedWarning",
     "VisualIndexError",
 ]
 
@@ -55,6 +56,11 @@ class VisualIndexError(RuntimeError):
 
 class IndexConfigError(VisualIndexError):
     """The stored index config is unreadable or from a newer version of the package."""
+
+
+class ModelChangedWarning(UserWarning):
+    """The model's weights differ from those the index was built with (`model_fingerprint`):
+    queries and stored page vectors no longer come from one model, so rankings may shift."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,9 @@ class IndexConfig:
     new index, store/layout.py), "fixed" keeps what ``fp16`` says.
     ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
     "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
+    ``model_fingerprint`` is `encoders.fingerprint.model_fingerprint` of the model when the index
+    was created (None: an older index, or a model without local files); open warns when the
+    model's weights no longer match it.
     """
 
     model_id: str
@@ -148,6 +157,7 @@ class IndexConfig:
     encoder_options: dict[str, str] = field(default_factory=dict)
     fp16: bool = True
     layout: str = "fixed"
+    model_fingerprint: str | None = None
     config_version: int = CONFIG_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -177,6 +187,8 @@ class IndexConfig:
             data["fp16"] = False
         if self.layout == "auto":
             data["layout"] = "auto"
+        if self.model_fingerprint is not None:
+            data["model_fingerprint"] = self.model_fingerprint
         return data
 
     @classmethod
@@ -201,6 +213,11 @@ class IndexConfig:
         layout = data.get("layout", "fixed")
         if layout not in ("auto", "fixed"):
             raise IndexConfigError(f"index config 'layout' must be auto or fixed, got {layout!r}")
+        fingerprint = data.get("model_fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise IndexConfigError(
+                f"index config 'model_fingerprint' must be a string, got {fingerprint!r}"
+            )
         try:
             return cls(
                 model_id=str(data["model_id"]),
@@ -218,6 +235,7 @@ class IndexConfig:
                 encoder_options=_encoder_options(data.get("encoder_options") or {}),
                 fp16=data.get("fp16", True) is not False,
                 layout=layout,
+                model_fingerprint=fingerprint,
                 config_version=version,
                 extra={k: v for k, v in data.items() if k not in known},
             )

@@ -37,10 +37,12 @@ def export_onnx(
 
     Afterwards every CPU search of an index built with that model encodes its query with ONNX
     Runtime, without loading torch. The export is checked against the torch encoder before it is
-    kept. Text models (minilm, a local BERT-style folder) and Col* checkpoints (ColSmol,
-    ColPali, ColQwen2, ...; a real-size one takes minutes and about 2 GB of memory)."""
+    kept, and records the model's identity and weights fingerprint: a search whose model no
+    longer matches them, or whose export is damaged, warns and uses torch. Text models (minilm,
+    a local BERT-style folder) and Col* checkpoints (ColSmol, ColPali, ColQwen2, ...; a
+    real-size one takes minutes and about 2 GB of memory)."""
     from vrag_compress.encoders import EncoderLoadError, load_encoder
-    from vrag_compress.encoders.onnx_query import export_queries, load_onnx_query_encoder
+    from vrag_compress.encoders.onnx_query import OnnxExportError, export_queries, open_export
 
     model = _model_of(target)
     started = time.perf_counter()
@@ -49,9 +51,12 @@ def export_onnx(
         folder = export_queries(encoder)
     except (EncoderLoadError, ImportError) as error:
         fail(f"cannot export {model!r}: {error}")
-    exported = load_onnx_query_encoder(model)
-    if exported is None:
+    try:
+        exported = open_export(model, dim=int(encoder.dim))
+    except ImportError:
         fail(f"the ONNX export of {model!r} in {folder} cannot be loaded: install onnxruntime")
+    except OnnxExportError as error:
+        fail(f"the ONNX export of {model!r} in {folder} cannot be used: {error}")
     difference = max(_difference(encoder, exported, query) for query in CHECK_QUERIES)
     if difference > TOLERANCE:
         import shutil

