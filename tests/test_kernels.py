@@ -116,20 +116,46 @@ def test_a_codes_only_store_ranks_by_its_decoded_vectors(coded_store):
         np.testing.assert_allclose([-s for s, _ in truth], [s for _, s in hits], rtol=1e-5)
 
 
-def test_without_a_writable_cache_folder_the_kernel_compiles_in_memory(monkeypatch):
+def test_without_a_writable_cache_folder_the_kernels_cache_in_a_temporary_one(monkeypatch):
+    from types import SimpleNamespace
+
     from vrag_compress.store import kernels
 
-    asked: list[bool] = []
+    asked: list[str | None] = []
 
-    def compile_(cache: bool) -> str:
-        asked.append(cache)
-        if cache:
+    def load(cache_dir: str | None = None) -> SimpleNamespace:
+        asked.append(cache_dir)
+        if cache_dir is None:
             raise RuntimeError("cannot cache function 'coded_maxsim': no locator available")
-        return "in memory"
+        return SimpleNamespace(coded_maxsim="coded", list_gains="lists")
 
-    monkeypatch.setattr(kernels, "_compile", compile_)
+    monkeypatch.setattr(kernels, "_load_loops", load)
     kernels.kernels.cache_clear()
     try:
-        assert kernels.kernels() == "in memory" and asked == [True, False]
+        assert kernels.kernels() == kernels.Kernels("coded", "lists")
+        assert asked[0] is None and "vrag-numba-" in str(asked[1])
     finally:
         kernels.kernels.cache_clear()
+
+
+def test_a_new_process_reads_the_compiled_kernels_from_the_cache(tmp_path):
+    """The kernels are compiled once and read back by later processes (compiling takes
+    seconds, which every first query would otherwise pay)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import time, numpy as np\n"
+        "from vrag_compress.store.kernels import kernels, list_gains\n"
+        "t = time.perf_counter(); k = kernels()\n"
+        "list_gains(np.zeros((1, 1), np.int64), np.ones((1, 1), np.float32),"
+        " np.array([0, 1]), np.array([0], np.int32), 1)\n"
+        "print(k.list_gains.stats.cache_hits)\n"
+    )
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert runs[1].stdout.strip() not in ("", "Counter()"), runs[1].stdout
