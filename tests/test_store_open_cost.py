@@ -160,3 +160,31 @@ def test_a_warming_cache_takes_memory_only_for_the_rows_written():
     picked = np.arange(0, rows, rows // 200)  # 200 rows spread over the whole matrix
     assert tokens[picked].shape == (len(picked), dim) and tokens.cached_rows == len(picked)
     assert _rss_anon_mb() - before < 64
+
+
+def test_a_codes_only_store_counts_its_codes_toward_the_open_check_limit(tmp_path, monkeypatch):
+    """A codes-only store keeps its vectors in the candidate index, not in segments: counting
+    only the catalog and segments ran every row check at open up to 64 MB of catalog (100,000
+    pages: a second at each open)."""
+    config = {**CONFIG, "codes": "2bit", "fp16": False}
+    path = tmp_path / "codes"
+    with LocalStore.create(path, config, codes_min_tokens=100) as store:
+        store.add([PageRecord(f"p{i:03d}", "d", i + 1, vectors(i)) for i in range(200)])
+        store.optimize()
+    index_bytes = sum(f.stat().st_size for f in (path / "centroids").iterdir() if f.is_file())
+    catalog_bytes = (path / cat.CATALOG_NAME).stat().st_size
+    checked: list[bool] = []
+    real = cat.pages_for_check
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        checked.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cat, "pages_for_check", spy)
+    limit = catalog_bytes + index_bytes // 2  # the catalog fits, the catalog and codes do not
+    with LocalStore.open(path, readonly=True, verify_on_open_max_bytes=limit) as store:
+        assert store.search(vectors(7)[:2], k=3)[0].page_id == "p007"
+    assert checked == []
+    with LocalStore.open(path, readonly=True, verify_on_open_max_bytes=10**9) as store:
+        pass  # a small store is still checked in full
+    assert checked

@@ -18,6 +18,7 @@ from typing import TypeVar
 from vrag_compress.store import catalog as cat
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError, StoreError, VerifyReport
+from vrag_compress.store.candidates import INDEX_DIR
 from vrag_compress.store.centroids import code_bytes_per_token
 from vrag_compress.store.context import StoreContext
 
@@ -100,8 +101,10 @@ def _open_problems(ctx: StoreContext) -> list[str]:
 
 
 def _checks_all_on_open(ctx: StoreContext, seg_rows: dict[int, int]) -> bool:
-    """Whether open can afford every check: the catalog and committed segment bytes together
-    are at most ``verify_on_open_max_bytes`` (file sizes only: nothing is read to decide)."""
+    """Whether open can afford every check: the catalog, the committed segment bytes and the
+    candidate index's files (a codes-only store keeps its vectors there, and checking 100,000
+    pages' rows took a second at open) together are at most ``verify_on_open_max_bytes``
+    (file sizes only: nothing is read to decide)."""
     limit = ctx.options.verify_on_open_max_bytes
     if limit <= 0:
         return False
@@ -111,6 +114,11 @@ def _checks_all_on_open(ctx: StoreContext, seg_rows: dict[int, int]) -> bool:
             size += os.stat(f"{ctx.catalog.path}{suffix}").st_size
         except FileNotFoundError:
             pass
+    try:
+        with os.scandir(ctx.root / INDEX_DIR) as files:
+            size += sum(f.stat().st_size for f in files if f.is_file())
+    except FileNotFoundError:  # no candidate index yet
+        pass
     return size <= limit
 
 
