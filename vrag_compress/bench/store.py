@@ -33,6 +33,7 @@ from vrag_compress.bench.store_timing import (
     peak_rss_mb,
     progress,
     query_process_cost,
+    search_times,
     timed_search,
 )
 
@@ -125,15 +126,41 @@ def bench_store(
     prefetch: int = typer.Option(
         100, "--prefetch", min=1, help="qdrant-local: pages prefetched for the rerank."
     ),
+    against: str | None = typer.Option(
+        None,
+        "--against",
+        help="Peers run on the same pages and queries and scored against the same exact "
+        "reference: muvera, fast-plaid, or both (muvera,fast-plaid); JSON peers.<name>.",
+    ),
+    peer_timeout: float = typer.Option(
+        1800.0,
+        "--peer-timeout",
+        min=0.0,
+        help="Seconds each peer may take (build + queries); past it: status timeout.",
+    ),
+    plaid_python: Path | None = typer.Option(
+        None,
+        "--plaid-python",
+        help="fast-plaid's Python for --against fast-plaid "
+        "[env VRAG_FAST_PLAID_PYTHON, else /tmp/fastplaid/bin/python].",
+    ),
+    muvera_candidates: int = typer.Option(
+        100, "--muvera-candidates", min=1, help="Pages MUVERA's HNSW hands to the exact rerank."
+    ),
 ) -> None:
     """On-disk size full vs compressed, latency of (a) (b) (c) and the BLAS floor, recall@10 of
-    (c) against (b), add throughput. With --backend qdrant-local: recall@10 and latency of each
-    Qdrant candidate variant against the embedded exact search."""
+    (c) against (b), add throughput; with --against, MUVERA and fast-plaid on the same pages.
+    With --backend qdrant-local: recall@10 and latency of each Qdrant candidate variant against
+    the embedded exact search."""
     from threadpoolctl import threadpool_limits
 
+    from vrag_compress.bench import peers as peer_runs
     from vrag_compress.compress.base import budget
     from vrag_compress.store.layout import choose_layout
 
+    peers = peer_runs.parse_peers(against)
+    if peers and backend != "embedded":
+        raise typer.BadParameter("peers run with --backend embedded", param_hint="--against")
     thread_counts = _thread_counts(threads_list)
     threads = max(thread_counts)
     if backend not in ("embedded", "qdrant-local"):
@@ -200,6 +227,8 @@ def bench_store(
                 seed,
                 pool,
             )
+            if peers:  # the exchange folder the peers read, written before _run frees the pages
+                peer_runs.write_pages(root / "peers", data["compressed"], data["queries"], threads)
             report = _run(
                 root,
                 data,
@@ -219,9 +248,20 @@ def bench_store(
                 layout_rule,
                 Milestones(None if json_out is None else json_out.with_suffix(".partial.json")),
             )
+            if peers:
+                report["peers"] = peer_runs.run_peers(
+                    peers,
+                    root / "peers",
+                    data["queries"],
+                    data["reference"],
+                    timeout_s=peer_timeout,
+                    plaid_python=plaid_python or peer_runs.default_plaid_python(),
+                    muvera_candidates=muvera_candidates,
+                )
     finally:
         if keep_store:
             shutil.rmtree(root / "full", ignore_errors=True)
+            shutil.rmtree(root / "peers", ignore_errors=True)
             err.print(f"kept the compressed store at {root / 'compressed'}")
         else:
             shutil.rmtree(root, ignore_errors=True)
@@ -246,6 +286,9 @@ def bench_store(
         "codes": codes,
         "fp16": fp16,
         "layout": layout_rule,
+        "against": peers,
+        "peer_timeout_s": peer_timeout if peers else None,
+        "muvera_candidates": muvera_candidates if "muvera" in peers else None,
     }
     report["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     _print(report)
@@ -510,7 +553,8 @@ def _run(
         info = store.index_info() or {}
         note(params={k: info.get(k) for k in ("k", "nprobe", "rerank")}, tuned=info.get("tuned"))
         load_queries = os.getloadavg()
-        two, two_ms = timed_search(store, qs, "two_stage", "two-stage search (c)")
+        two, two_times = search_times(store, qs, "two_stage", "two-stage search (c)")
+        two_ms, two_p95 = float(np.median(two_times)), float(np.percentile(two_times, 95))
         _, auto_ms = timed_search(store, qs, "auto", "auto search")
         note(open_s=open_s, two_stage_ms=two_ms, auto_ms=auto_ms, load_avg_queries=load_queries)
         t0 = time.perf_counter()
@@ -520,6 +564,7 @@ def _run(
         note(load_s=load_s, exact_ms=exact_ms, exact_queries=n_exact)
         t0 = time.perf_counter()
         exact = _exact_top10(store, qs)  # every query in one pass: the recall reference
+        data["reference"] = exact  # the peers (--against) are scored against it too
         reference_s = time.perf_counter() - t0
         note(reference_s=reference_s)
         # after the exact passes, which left every row converted: each count sees the same cache
@@ -535,6 +580,7 @@ def _run(
         "bruteforce_full": brute_ms,
         "exact": exact_ms,
         "two_stage": two_ms,
+        "two_stage_p95": two_p95,
         "auto": auto_ms,
         "blas_floor": blas_ms,
     }
@@ -716,6 +762,7 @@ def _print(report: dict[str, Any]) -> None:
         ("(a) brute force full, colpali-engine (ms/query)", _fmt(lat["bruteforce_full"])),
         ("(b) exact, compressed (ms/query)", _fmt(lat["exact"])),
         ("(c) two-stage, compressed (ms/query)", _fmt(lat["two_stage"])),
+        ("(c) two-stage p95 (ms/query)", _fmt(lat["two_stage_p95"])),
         ("auto mode, compressed (ms/query)", _fmt(lat["auto"])),
         ("BLAS floor, one q @ T.T (ms)", _fmt(lat["blas_floor"])),
         ("recall@10 (c) vs (b)", f"{report['recall@10_two_stage']:.4f}"),
@@ -740,6 +787,10 @@ def _print(report: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
+    if "peers" in report:
+        from vrag_compress.bench.peers import print_peers
+
+        print_peers(report, out)
 
 
 def _query_kind(config: dict[str, Any]) -> str:

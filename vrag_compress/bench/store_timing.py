@@ -63,16 +63,24 @@ def timed_search(
     store: Any, qs: list[np.ndarray], mode: str, label: str
 ) -> tuple[list[list[str]], float]:
     """Top-10 page ids per query and the median query latency in milliseconds."""
+    ids, times = search_times(store, qs, mode, label)
+    return ids, float(np.median(times))
+
+
+def search_times(
+    store: Any, qs: list[np.ndarray], mode: str, label: str
+) -> tuple[list[list[str]], list[float]]:
+    """Top-10 page ids per query and each query's latency in milliseconds (for percentiles)."""
     ids, times = [], []
     with progress() as bar:
         task = bar.add_task(label, total=len(qs))
         for q in qs:
             t0 = time.perf_counter()
             hits = store.search(q, k=10, mode=mode)
-            times.append(time.perf_counter() - t0)
+            times.append((time.perf_counter() - t0) * 1000)
             ids.append([h.page_id for h in hits])
             bar.advance(task)
-    return ids, float(np.median(times) * 1000)
+    return ids, times
 
 
 def peak_rss_mb() -> float:
