@@ -231,6 +231,44 @@ def test_reader_sees_only_committed_pages_during_writes(tmp_path):
     assert searches >= 2
 
 
+def test_get_beside_a_compacting_writer_never_raises_keyerror(tmp_path):
+    """Issue 49.7: `get` read the pages and the segment lengths in two snapshots, so a
+    compaction committed between them left a page in a segment the lengths no longer held (a
+    raw `KeyError`, a 500 from the page-image route). A writer upserts and compacts for about
+    three seconds while a reader fetches the pages; every fetch returns every page whole."""
+    path = tmp_path / "store"
+    ids = [f"g{i}" for i in range(8)]
+    with LocalStore.create(path, CONFIG) as store:
+        store.add([PageRecord(i, "g", 1, vectors_for(i)) for i in ids])
+    writer_src = VECTORS_SRC + textwrap.dedent("""
+        import sys, time
+        from vrag_compress.store import LocalStore, PageRecord
+        store = LocalStore.open(sys.argv[1])
+        end = time.time() + float(sys.argv[2])
+        i = 0
+        while time.time() < end:
+            store.upsert([PageRecord(f"g{i % 8}", "g", 1, vectors_for(f"g{i % 8}"))])
+            store.compact()
+            i += 1
+        store.close()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    writer = subprocess.Popen([sys.executable, "-c", writer_src, str(path), "3"], env=env)
+    gets = 0
+    try:
+        with LocalStore.open(path, readonly=True) as reader:
+            while writer.poll() is None:
+                records = reader.get(ids)  # a KeyError fails the test
+                assert [r.page_id for r in records] == ids
+                for record in records:
+                    assert record.vectors.shape == vectors_for(record.page_id).shape
+                gets += 1
+    finally:
+        writer.wait(timeout=60)
+    assert writer.returncode == 0
+    assert gets >= 10
+
+
 # ----------------------------------------------------------------- corruption
 
 

@@ -4,7 +4,9 @@ that is behind, a kill -9 at any point of a write, and the shared tokenizer's fo
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 from vrag_compress.store import LocalStore, PageRecord, text_engine
 from vrag_compress.store import catalog as cat
 from vrag_compress.store.lexical import terms
+from vrag_compress.store.text_files import TextIndexError
 
 CONFIG = {"dim": 4, "model_id": "test/text-engine"}
 WORDS = "flat plate boundary layer heat transfer shock wave nozzle wing".split()
@@ -324,3 +327,196 @@ def test_deletes_by_fresh_writers_hold_while_segments_merge(store_path):
         report = store.verify()
         assert report.ok, report.problems
     assert_text_agrees(store_path)
+
+
+# --- damaged engine files (issue 49.3) -------------------------------------------------------
+
+QUERIES = ("shock nozzle", "flat plate heat", "wing", "layer transfer wave", "boundary")
+
+
+@pytest.fixture
+def segmented_path(tmp_path: Path) -> Path:
+    """A store whose engine index has three segments, two with deletes files."""
+    path = tmp_path / "seg.vrag"
+    with LocalStore.create(path, CONFIG) as store:
+        store.add(corpus()[:30])
+        store.add(corpus()[30:])
+        store.delete(page_ids=["p003"])
+    return path
+
+
+def engine_answers(path: Path) -> list[tuple[list[int], list[float]]]:
+    """Tantivy's own answer (pids, BM25 scores) straight from the files, no store checks."""
+    import tantivy
+
+    index = tantivy.Index(text_engine._schema(), path=str(path / text_engine.ENGINE_DIR))
+    searcher = index.searcher()
+    out = []
+    for text in QUERIES:
+        should = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(text_engine._schema(), "text", w))
+            for w in terms(text)
+        ]
+        pids, scores = text_engine._top(searcher, tantivy.Query.boolean_query(should), 100)
+        out.append((pids.tolist(), np.round(scores, 5).tolist()))
+    return out
+
+
+def flip_byte(path: Path, offset: int, mask: int) -> None:
+    """XOR one byte in place (same file, same size, as a disk would damage it)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ mask]))
+
+
+def edit_meta(path: Path, edit) -> Path:  # noqa: ANN001
+    meta_path = path / text_engine.ENGINE_DIR / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    edit(meta)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return meta_path
+
+
+def test_verify_finds_every_engine_file_flip_that_changes_search(segmented_path, tmp_path):
+    """Seeded single-byte flips in every engine file: each one that changes which pages a text
+    search returns or their BM25 scores, or makes tantivy fail or panic, is a `verify` problem
+    naming a file of the engine index (before: 13 of 98 such flips passed verify, and a panic
+    escaped it as ``pyo3_runtime.PanicException``)."""
+    base = engine_answers(segmented_path)
+    text_dir = segmented_path / text_engine.ENGINE_DIR
+    files = sorted(  # segment names are random: order by kind and size
+        (f for f in text_dir.iterdir() if not f.name.startswith(".tantivy")),
+        key=lambda f: (f.suffix, f.stat().st_size, f.name),
+    )
+    rng = random.Random(49)
+    effects: dict[str, int] = {}
+    for name in [f.name for f in files for _ in range(3)]:
+        damaged = tmp_path / "damaged"
+        shutil.rmtree(damaged, ignore_errors=True)
+        shutil.copytree(segmented_path, damaged)
+        target = damaged / text_engine.ENGINE_DIR / name
+        flip_byte(target, rng.randrange(target.stat().st_size), rng.randrange(1, 256))
+        try:
+            effect = "same" if engine_answers(damaged) == base else "changed"
+        except BaseException as exc:  # noqa: BLE001 (a Rust panic is a BaseException)
+            effect = type(exc).__name__
+        effects[effect] = effects.get(effect, 0) + 1
+        report = LocalStore.verify_path(damaged)
+        if effect != "same":
+            assert not report.ok, (name, effect)
+            assert str(damaged / text_engine.ENGINE_DIR) in " ".join(report.problems)
+    assert effects.get("changed", 0) >= 1 and effects.get("PanicException", 0) >= 1, effects
+
+
+def segment(meta: dict, deletes: bool) -> dict:
+    return next(s for s in meta["segments"] if (s["deletes"] is not None) == deletes)
+
+
+@pytest.mark.parametrize(
+    "edit, changes_scores",
+    [
+        (lambda m: segment(m, True).update(max_doc=segment(m, True)["max_doc"] + 5), True),
+        (lambda m: segment(m, False).update(max_doc=segment(m, False)["max_doc"] + 8), True),
+        (lambda m: segment(m, True)["deletes"].update(num_deleted_docs=0), None),
+    ],
+    ids=["more_documents", "more_documents_no_deletes", "deletes_dropped"],
+)
+def test_a_damaged_meta_json_is_named_by_verify(segmented_path, edit, changes_scores):
+    """``meta.json`` has no checksum of its own: its counts are checked against the segment
+    files (before, `verify` passed all three; the grown counts changed the BM25 scores, the
+    dropped deletes bring back deleted documents: a stamp, or a deleted page's)."""
+    base = engine_answers(segmented_path)
+    meta_path = edit_meta(segmented_path, edit)
+    if changes_scores is not None:
+        assert (engine_answers(segmented_path) != base) == changes_scores
+    report = LocalStore.verify_path(segmented_path)
+    assert not report.ok and str(meta_path) in report.problems[0], report.problems
+    assert "optimize" in report.problems[0]
+
+
+def test_auto_engine_falls_back_to_fts5_on_damage_and_says_how_to_repair(segmented_path, caplog):
+    """A flipped term dictionary: engine mode ``auto`` warns once (the file, `vrag optimize`)
+    and answers as FTS5 does; ``tantivy`` raises the store error naming the file; a writer
+    rebuilds the index from the page text (before: the damaged index answered)."""
+    with LocalStore.open(segmented_path, readonly=True, text_engine="fts5") as fts5:
+        truth = {q: ids(fts5, q, 100) for q in QUERIES}
+    index_file = next((segmented_path / text_engine.ENGINE_DIR).glob("*.term"))
+    flip_byte(index_file, 20, 0x5A)
+    with LocalStore.open(segmented_path, readonly=True) as reader:  # text_engine="auto"
+        assert {q: ids(reader, q, 100) for q in QUERIES} == truth
+    warnings = [r.message for r in caplog.records if "answers from FTS5" in r.message]
+    assert len(warnings) == 1  # once, not once a query
+    assert index_file.name in warnings[0] and "vrag optimize" in warnings[0]
+    with LocalStore.open(segmented_path, readonly=True, text_engine="tantivy") as strict:
+        with pytest.raises(TextIndexError, match=index_file.name) as caught:
+            ids(strict, "wing")
+        assert caught.value.file == str(index_file)
+    with LocalStore.open(segmented_path) as writer:  # a writer rebuilds it from the pages
+        assert engine_hits(writer, "wing") is not None
+        report = writer.verify()
+        assert report.ok, report.problems
+    with LocalStore.open(segmented_path, readonly=True, text_engine="tantivy") as reader:
+        assert all(sorted(ids(reader, q, 100)) == sorted(truth[q]) for q in QUERIES)
+
+
+def tantivy_panic(tmp_path: Path) -> BaseException:
+    """A real ``pyo3_runtime.PanicException`` from tantivy (its class cannot be imported): a
+    segment whose ``meta.json`` claims more documents than its fast fields hold."""
+    import tantivy
+
+    path = tmp_path / "panic"
+    path.mkdir()
+    writer = tantivy.Index(text_engine._schema(), path=str(path)).writer(15_000_000, 1)
+    for i in range(1, 40):
+        doc = tantivy.Document()
+        doc.add_unsigned("pid", i * 7919 % 1009)  # not a line: the column is bit-packed
+        writer.add_document(doc)
+    writer.commit()
+    writer.wait_merging_threads()
+    meta = json.loads((path / "meta.json").read_text())
+    meta["segments"][0]["max_doc"] = 100
+    (path / "meta.json").write_text(json.dumps(meta))
+    try:
+        searcher = tantivy.Index(text_engine._schema(), path=str(path)).searcher()
+        hits = searcher.search(tantivy.Query.all_query(), 200).hits
+        searcher.fast_field_values("pid", [a for _, a in hits])
+    except BaseException as exc:  # noqa: BLE001
+        assert type(exc).__name__ == "PanicException" and not isinstance(exc, Exception)
+        return exc
+    raise AssertionError("tantivy did not panic")
+
+
+def test_a_panic_during_a_search_becomes_a_store_error_naming_the_file(
+    segmented_path, tmp_path, monkeypatch, caplog
+):
+    """Tantivy panics on many damaged files (a Rust panic: a `BaseException`). A real panic,
+    raised where tantivy scores the query, becomes a `TextIndexError` naming the index folder
+    while no file fails its check, and naming the damaged file once one does (postings
+    inverted under open readers, whose cached checks miss it); ``auto`` warns and answers from
+    FTS5 (before: the panic passed every ``except Exception``)."""
+    panic = tantivy_panic(tmp_path)
+    query = "plate wing shock boundary"
+    with LocalStore.open(segmented_path, readonly=True, text_engine="fts5") as fts5:
+        expected = ids(fts5, query, 100)
+    postings = sorted((segmented_path / text_engine.ENGINE_DIR).glob("*.idx"))[0]
+    with LocalStore.open(segmented_path, readonly=True, text_engine="tantivy") as strict:
+        with LocalStore.open(segmented_path, readonly=True) as auto:
+            assert engine_hits(auto, "wing") is not None  # both checked the files, opened them
+            assert ids(strict, "wing") != []
+
+            def panicking(*args: object) -> None:
+                raise panic
+
+            monkeypatch.setattr(text_engine, "_top", panicking)
+            with pytest.raises(TextIndexError, match="tantivy panicked") as caught:
+                ids(strict, query, 100)
+            assert caught.value.file == str(segmented_path / text_engine.ENGINE_DIR)
+            for offset in range(postings.stat().st_size - 100):  # the footer stays whole
+                flip_byte(postings, offset, 0xFF)
+            with pytest.raises(TextIndexError) as caught:
+                ids(strict, query, 100)
+            assert caught.value.file == str(postings), caught.value
+            assert ids(auto, query, 100) == expected
+    assert postings.name in caplog.text and "answers from FTS5" in caplog.text

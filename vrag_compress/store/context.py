@@ -59,10 +59,12 @@ class StoreOptions:
     # present, else numpy), "numpy", or a torch device name ("cuda:1"; "cpu" runs the torch code
     # on the CPU, for tests)
     device: str = "auto"
-    # plain text queries: "tantivy" (the BM25 engine with top-k pruning, text_engine.py) or
-    # "fts5" (SQLite FTS5 in the catalog, which scores every matching page; raw FTS5 syntax
-    # and readers of an engine index that is behind always use it)
-    text_engine: str = "tantivy"
+    # plain text queries: "auto" (the BM25 engine with top-k pruning, text_engine.py; FTS5,
+    # with a warning, while its index is damaged), "tantivy" (the engine; a damaged index
+    # raises `TextIndexError` naming the file) or "fts5" (SQLite FTS5 in the catalog, which
+    # scores every matching page; raw FTS5 syntax and readers of an engine index that is
+    # behind always use it)
+    text_engine: str = "auto"
 
 
 @dataclass

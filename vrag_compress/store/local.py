@@ -374,7 +374,9 @@ class LocalStore(MultiVectorStore):
         return self._get(ids, missing)
 
     def _get(self, ids: list[str], missing: str) -> list[PageRecord]:
-        with self._ctx.catalog.read() as conn:
+        # one snapshot: a compaction committed between reading the pages and the segment
+        # lengths would leave a page in a segment the lengths no longer hold (issue 49.7)
+        with self._ctx.catalog.snapshot() as conn:
             rows = cat.pages_by_id(conn, ids, "pid, " + cat.RECORD)
             seg_rows = cat.segment_rows(conn)
             coded = [r for r in rows if r[7] == seg.NO_SEGMENT]

@@ -9,6 +9,13 @@ replaces their documents, so a kill -9 between the catalog commit and the engine
 leaves the index behind, never wrong. A stale index is not searched: a reader that finds it
 behind falls back to the exact FTS5 index in the catalog until the writer caught up.
 
+Damaged files (text_files.py: tantivy's own checksums and a check of ``meta.json``) are found
+by `verify`, by a search (files read once, until a commit or merge adds new ones) and by the
+writer's catch-up, which rebuilds the index from the page text. A search in the default
+``auto`` engine mode then warns and answers from FTS5; ``text_engine="tantivy"`` raises the
+`TextIndexError` naming the file. Tantivy's failures on damage, panics included, become that
+error too.
+
 Documents hold the page's terms as the shared tokenizer makes them (`lexical.terms`: NFKC,
 invisible characters removed, case and diacritics folded), joined by spaces and split again by
 tantivy's whitespace tokenizer, so the engine, FTS5 queries and Qdrant's sparse terms agree.
@@ -16,11 +23,13 @@ tantivy's whitespace tokenizer, so the engine, FTS5 queries and Qdrant's sparse 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
 import sqlite3
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,7 @@ from vrag_compress.store import catalog as cat
 from vrag_compress.store.base import StoreError
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.lexical import terms
+from vrag_compress.store.text_files import TextFiles, TextIndexError, is_panic
 from vrag_compress.store.validate import StoreInputError
 
 log = logging.getLogger(__name__)
@@ -44,7 +54,9 @@ MISSING = (
 )
 
 
-ENGINES = ("tantivy", "fts5")
+# "auto": tantivy, FTS5 when its index is damaged (with a warning); "tantivy": a damaged index
+# raises `TextIndexError`; "fts5": SQLite FTS5 only
+ENGINES = ("auto", "tantivy", "fts5")
 
 
 def check_text_engine(engine: Any) -> str:
@@ -103,6 +115,8 @@ class TextEngine:
         self.writable = writable
         self._index: Any = None
         self._writer: Any = None
+        self.files = TextFiles(self.path)
+        self._warned = ""  # the damage last warned about (once, not once a query)
 
     @property
     def path(self) -> Path:
@@ -110,7 +124,7 @@ class TextEngine:
 
     def enabled(self, conn: sqlite3.Connection) -> bool:
         """Whether text search goes through the engine (the option, and a catalog with a log)."""
-        return self.ctx.options.text_engine == "tantivy" and cat.has_text_log(conn)
+        return self.ctx.options.text_engine != "fts5" and cat.has_text_log(conn)
 
     # ----------------------------------------------------------------- search
 
@@ -119,7 +133,24 @@ class TextEngine:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """``(pids, bm25 scores)`` of the best ``k`` pages holding any of ``words`` (folded
         terms) among ``allowed`` (sorted pids; None: all), best first; None when the index is
-        behind the catalog and this process cannot catch it up (the caller uses FTS5)."""
+        behind the catalog and this process cannot catch it up, or (engine mode ``auto``)
+        damaged: the caller uses FTS5."""
+        try:
+            with self._damage_named():
+                hits = self._search(conn, words, k, allowed)
+        except TextIndexError as exc:
+            if self.ctx.options.text_engine == "tantivy":
+                raise
+            if str(exc) != self._warned:
+                log.warning("%s; text search answers from FTS5 meanwhile", exc)
+                self._warned = str(exc)
+            return None
+        self._warned = ""  # repaired: damage found again is warned about again
+        return hits
+
+    def _search(
+        self, conn: sqlite3.Connection, words: list[str], k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         searcher = self._fresh_searcher(conn)
         if searcher is None:
             return None
@@ -146,7 +177,8 @@ class TextEngine:
 
     def _fresh_searcher(self, conn: sqlite3.Connection) -> Any:
         """A searcher whose stamp is the catalog's log head, catching up first (writer) or
-        reopening the index (reader, after a writer's rebuild); None if it stays behind."""
+        reopening the index (reader, after a writer's rebuild); None if it stays behind. A
+        reader checks the files first (`TextIndexError`; a writer's catch-up rebuilt them)."""
         head = cat.text_log_head(conn)
         if self.writable:
             try:
@@ -159,11 +191,33 @@ class TextEngine:
             index = self._open(reopen=attempt == 1)
             if index is None:
                 return None
+            self.files.check()
             index.reload()
             searcher = index.searcher()
             if _stamp(searcher) == head:
                 return searcher
         return None
+
+    @contextlib.contextmanager
+    def _damage_named(self) -> Iterator[None]:
+        """Tantivy's failures on a damaged index (OSError, ValueError, or a Rust panic, which
+        passes ``except Exception``) as a `TextIndexError` naming the damaged file (the first
+        one the full check finds; the folder when none fails it)."""
+        try:
+            yield
+        except TextIndexError:
+            raise
+        except BaseException as exc:
+            if not (isinstance(exc, (OSError, ValueError)) or is_panic(exc)):
+                raise
+            if "LockBusy" in str(exc):  # another writer holds the index: not damage
+                raise
+            if not self.writable:
+                self._index = None  # reopened by the next search
+            found = self.files.damage(cached=False)
+            what = "tantivy panicked" if is_panic(exc) else type(exc).__name__
+            file, detail = found or (str(self.path), f"{what}: {str(exc)[:200]}")
+            raise TextIndexError(file, detail) from None
 
     # ----------------------------------------------------------------- writer
 
@@ -178,7 +232,13 @@ class TextEngine:
                 return
             head = cat.text_log_head(conn)
             index = self._open_for_writing()
-            stamp = _stamp(index.searcher())
+            try:
+                with self._damage_named():
+                    self.files.check()
+                    stamp = _stamp(index.searcher())
+            except TextIndexError as exc:  # derived from the page text: rebuilt in place
+                log.warning("%s; the writer rebuilds it now", exc)
+                stamp = None
             if stamp == head:
                 return
             if stamp is None or stamp > head or stamp < cat.text_log_floor(conn):
@@ -241,12 +301,11 @@ class TextEngine:
         if self._writer is not None:
             return self._index
         try:
-            index = self._open(create=True)
-            self._writer = _new_writer(index)
-        except (OSError, ValueError) as exc:  # damaged files: the index is derived, start over
-            if "LockBusy" in str(exc):  # another writer holds it: never delete under it
-                raise
-            log.warning("text index %s unreadable (%s); rebuilding it", self.path, exc)
+            with self._damage_named():
+                index = self._open(create=True)
+                self._writer = _new_writer(index)
+        except TextIndexError as exc:  # damaged files: the index is derived, start over
+            log.warning("%s; the writer rebuilds it now", exc)
             self._index = None
             shutil.rmtree(self.path, ignore_errors=True)
             index = self._open(create=True)
@@ -261,13 +320,7 @@ class TextEngine:
         if not create and not (self.path / "meta.json").is_file():
             return None
         self.path.mkdir(exist_ok=True)
-        try:
-            self._index = tv.Index(_schema(), path=str(self.path), reuse=True)
-        except (OSError, ValueError) as exc:
-            if create:
-                raise
-            log.warning("text index %s unreadable (%s); searching FTS5", self.path, exc)
-            return None
+        self._index = tv.Index(_schema(), path=str(self.path), reuse=True)
         return self._index
 
     def close(self) -> None:
@@ -283,24 +336,27 @@ class TextEngine:
     # ----------------------------------------------------------------- verify
 
     def problems(self, conn: sqlite3.Connection) -> list[str]:
-        """Where the index disagrees with the page text (read-only): every page with text
-        must have exactly one document with its terms' checksum, and no other document may
-        exist; pages logged after the stamp are still to catch up and are not compared."""
+        """Where the index is damaged or disagrees with the page text (read-only): its files
+        must pass `TextFiles.check` (every byte read), every page with text must have exactly
+        one document with its terms' checksum, and no other document may exist; pages logged
+        after the stamp are still to catch up and are not compared."""
         if not self.enabled(conn) or not available() or not (self.path / "meta.json").is_file():
             return []  # no index yet: the next writer open builds it
         tv = _tantivy()
         try:
-            index = tv.Index(_schema(), path=str(self.path), reuse=True)
-            searcher = index.searcher()
-            stamp = _stamp(searcher)
-            hits = searcher.search(
-                tv.Query.all_query(), max(1, searcher.num_docs), count=False
-            ).hits
-            addresses = [a for _, a in hits]
-            have_pids = searcher.fast_field_values("pid", addresses)
-            have_crcs = searcher.fast_field_values("crc", addresses)
-        except (OSError, ValueError) as exc:
-            return [f"the text index {self.path} is unreadable ({exc}); `optimize` rebuilds it"]
+            with self._damage_named():
+                self.files.check(cached=False)
+                index = tv.Index(_schema(), path=str(self.path), reuse=True)
+                searcher = index.searcher()
+                stamp = _stamp(searcher)
+                hits = searcher.search(
+                    tv.Query.all_query(), max(1, searcher.num_docs), count=False
+                ).hits
+                addresses = [a for _, a in hits]
+                have_pids = _values(searcher, "pid", addresses)
+                have_crcs = searcher.fast_field_values("crc", addresses)  # None: the stamp
+        except TextIndexError as exc:
+            return [str(exc)]
         head, floor = cat.text_log_head(conn), cat.text_log_floor(conn)
         if stamp is None or stamp > head or stamp < floor:
             return [
@@ -352,19 +408,31 @@ def _skip_reused_opstamp(writer: Any) -> None:
 
 
 def _stamp(searcher: Any) -> int | None:
-    """The log seq the searcher's index reflects (None: never stamped)."""
+    """The log seq the searcher's index reflects (None: never stamped); more than one stamp
+    document (a segment's counts damaged, so dropped or absent documents count) raises."""
     query = _tantivy().Query.term_query(_schema(), "pid", STAMP_PID)
-    hits = searcher.search(query, 1, count=False).hits
+    hits = searcher.search(query, 2, count=False).hits
     if not hits:
         return None
-    return int(searcher.fast_field_values("seq", [hits[0][1]])[0])
+    if len(hits) > 1:
+        raise ValueError("the index holds more than one stamp document")
+    return _values(searcher, "seq", [hits[0][1]])[0]
+
+
+def _values(searcher: Any, field: str, addresses: list[Any]) -> list[int]:
+    """A fast field's values of these documents, each of which has the field (every document
+    has a pid, the stamp a seq); one without it (damaged column data) raises ValueError."""
+    values = searcher.fast_field_values(field, addresses)
+    if any(not isinstance(v, int) for v in values):
+        raise ValueError(f"documents without a {field!r} value")
+    return [int(v) for v in values]
 
 
 def _top(searcher: Any, query: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     hits = searcher.search(query, k, count=False).hits  # count=True would score every match
     if not hits:
         return _empty()
-    pids = np.array(searcher.fast_field_values("pid", [a for _, a in hits]), dtype=np.int64)
+    pids = np.array(_values(searcher, "pid", [a for _, a in hits]), dtype=np.int64)
     return pids, np.array([s for s, _ in hits], dtype=np.float64)
 
 
