@@ -127,12 +127,12 @@ def test_without_a_writable_cache_folder_the_kernels_cache_in_a_temporary_one(mo
         asked.append(cache_dir)
         if cache_dir is None:
             raise RuntimeError("cannot cache function 'coded_maxsim': no locator available")
-        return SimpleNamespace(coded_maxsim="coded", list_gains="lists")
+        return SimpleNamespace(coded_maxsim="coded", list_gains="lists", decode_rows="decode")
 
     monkeypatch.setattr(kernels, "_load_loops", load)
     kernels.kernels.cache_clear()
     try:
-        assert kernels.kernels() == kernels.Kernels("coded", "lists")
+        assert kernels.kernels() == kernels.Kernels("coded", "lists", "decode")
         assert asked[0] is None and "vrag-numba-" in str(asked[1])
     finally:
         kernels.kernels.cache_clear()
@@ -159,3 +159,57 @@ def test_a_new_process_reads_the_compiled_kernels_from_the_cache(tmp_path):
     ]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr
     assert runs[1].stdout.strip() not in ("", "Counter()"), runs[1].stdout
+
+
+@pytest.mark.parametrize("nbits", [2, 4])
+def test_compiled_decode_is_the_codecs_decode_bit_for_bit(nbits):
+    """Including values below fp16's smallest normal (2^-14), which round in steps of 2^-24."""
+    from types import SimpleNamespace
+
+    from vrag_compress.store.kernels import decode_rows
+
+    rng = np.random.default_rng(nbits)
+    levels = 1 << nbits
+    weights = (rng.normal(size=(DIM, levels)) * 2e-5).astype(np.float32)
+    cutoffs = np.zeros((DIM, levels - 1), np.float32)  # unused by decode
+    codec = ResidualCodec(nbits, cutoffs, weights)
+    scale = np.array([0.3] * 8 + [3e-5] * 8, np.float32)[:, None]  # half the centroids tiny
+    centroids = (rng.normal(size=(16, DIM)) * scale).astype(np.float32)
+    codes = rng.integers(0, 16, 600).astype(np.int32)
+    packed = rng.integers(0, 256, (600, DIM * nbits // 8)).astype(np.uint8)
+    want = codec.decode(packed, codes, centroids)
+    n_base = 400
+    arrays = (
+        n_base,
+        codes[:n_base],
+        packed[:n_base],
+        codes[n_base:],
+        packed[n_base:],
+        centroids,
+        byte_table(codec.weights, nbits),
+    )
+    index = SimpleNamespace(kernel_arrays=lambda: arrays, root=None)
+    rows = rng.permutation(600)
+    got = decode_rows(index, rows)
+    assert np.array_equal(got.view(np.uint32), want[rows].view(np.uint32))
+    assert (np.abs(want) < 2.0**-14).sum() > 100  # the subnormal branch was exercised
+
+
+def test_damaged_codes_raise_a_store_error_not_garbage(coded_store, tmp_path):
+    """A centroid id past the centroids (a flipped bit in the codes file) never reads memory
+    out of bounds: the search raises a store error naming the candidate index."""
+    import shutil
+
+    from vrag_compress.store.base import StoreCorruptError
+
+    copy = tmp_path / "damaged"
+    shutil.copytree(coded_store, copy)
+    with LocalStore.open(copy, readonly=True) as store:
+        index = store._searcher.snapshots.current().tokens.index
+        arrays = index.kernel_arrays()
+        base_codes = arrays[1]
+        forged = np.array(base_codes)
+        forged[5] = np.iinfo(forged.dtype).max
+        index._kernel_arrays = (arrays[0], forged, *arrays[2:])
+        with pytest.raises(StoreCorruptError, match="centroids that do not exist"):
+            store.search(np.ones((2, DIM), np.float32), k=5, mode="exact")

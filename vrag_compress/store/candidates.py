@@ -37,7 +37,7 @@ import numpy as np
 from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.kernels import byte_table, coded_maxsim
+from vrag_compress.store.kernels import byte_table, coded_maxsim, decode_rows
 from vrag_compress.store.maxsim import gather_pages, parallel_map
 from vrag_compress.store.token_rows import LazyTokens
 
@@ -417,23 +417,9 @@ class CandidateIndex:
 
     def decode_rows(self, rows: np.ndarray) -> np.ndarray:
         """Approximate float32 tokens ``[len(rows), D]`` of token rows (base rows first, then
-        the tails') from their centroid and residual codes."""
-        base_resid, tail_resid = self.base.resid, self.tail.resid
-        if self.codec is None or base_resid is None or tail_resid is None:
-            raise ValueError("this candidate index keeps no residual codes")
-        rows = np.asarray(rows, dtype=np.int64)
-        n_base = int(self.base.bounds[-1])
-        if len(rows) and rows.max() < n_base:  # the common case: one gather, no masks
-            return self.codec.decode(base_resid[rows], self.base.codes[rows], self.centroids)
-        in_base = rows < n_base
-        codes = np.empty(len(rows), dtype=np.int64)
-        packed = np.empty((len(rows), self.codec.bytes_per_token), dtype=np.uint8)
-        codes[in_base] = self.base.codes[rows[in_base]]
-        packed[in_base] = base_resid[rows[in_base]]
-        if (~in_base).any():
-            codes[~in_base] = self.tail.codes[rows[~in_base] - n_base]
-            packed[~in_base] = tail_resid[rows[~in_base] - n_base]
-        return self.codec.decode(packed, codes, self.centroids)
+        the tails') from their centroid and residual codes (`kernels.decode_rows`: what
+        `ResidualCodec.decode` gives)."""
+        return decode_rows(self, np.asarray(rows, dtype=np.int64))
 
     def kernel_arrays(self) -> tuple[Any, ...]:
         """What `kernels.coded_maxsim` reads: ``n_base``, the base and tail codes and

@@ -17,23 +17,63 @@ JIT = numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def decode_token(
     row, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, out
 ):
-    """Token ``row`` of the index into ``out`` (float32), rounded to fp16 precision."""
+    """Token ``row`` of the index into ``out`` (float32), rounded to fp16 precision. False
+    (and NaN in ``out``) where the stored centroid id is out of range: damaged codes, which the
+    caller reports."""
+    if row < 0 or row >= n_base + len(tail_codes):  # damaged page bounds
+        out[:] = np.nan
+        return False
     if row < n_base:
-        centroid = centroids[base_codes[row]]
+        code = np.int64(base_codes[row])
         packed = base_resid[row]
     else:
-        centroid = centroids[tail_codes[row - n_base]]
+        code = np.int64(tail_codes[row - n_base])
         packed = tail_resid[row - n_base]
+    if code < 0 or code >= centroids.shape[0]:
+        out[:] = np.nan
+        return False
+    centroid = centroids[code]
     n_bytes, _, per = table.shape
     for j in range(n_bytes):
         means = table[j, packed[j]]
         for i in range(per):
             out[j * per + i] = centroid[j * per + i] + means[i]
-    bits = out.view(np.uint32)
-    for d in range(len(out)):  # round half to even at fp16's 10 mantissa bits
+    round_to_fp16(out)
+    return True
+
+
+@JIT
+def round_to_fp16(values):
+    """Round float32 values in place as numpy's float16 conversion does (half to even): 10
+    mantissa bits, and steps of 2^-24 below fp16's smallest normal 2^-14 (values past fp16's
+    range do not occur in unit-vector tokens and are left alone)."""
+    bits = values.view(np.uint32)
+    for d in range(len(values)):
         u = bits[d]
-        bits[d] = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(
-            0xFFFFE000
+        if (u & np.uint32(0x7FFFFFFF)) < np.uint32(0x38800000):  # |x| < 2^-14: subnormal
+            values[d] = np.rint(values[d] * np.float32(16777216.0)) * np.float32(2.0**-24)
+        else:
+            bits[d] = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(
+                0xFFFFE000
+            )
+
+
+@JIT
+def decode_rows(
+    rows, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, out
+):
+    """Tokens ``rows`` of the index into ``out[len(rows), D]``, as `decode_token` makes them."""
+    for i in range(len(rows)):
+        decode_token(
+            rows[i],
+            n_base,
+            base_codes,
+            base_resid,
+            tail_codes,
+            tail_resid,
+            centroids,
+            table,
+            out[i],
         )
 
 
@@ -61,12 +101,13 @@ def coded_maxsim(
         best[:] = np.float32(-3.0e38)
         end = starts[p] + lengths[p]
         row = starts[p]
-        while row < end:
-            decode_token(
+        ok = True
+        while row < end and ok:
+            ok = decode_token(
                 row, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, a
             )
             if row + 1 < end:
-                decode_token(
+                ok &= decode_token(
                     row + 1,
                     n_base,
                     base_codes,
@@ -98,6 +139,9 @@ def coded_maxsim(
                 best[m2] = max(best[m2], sa2, sb2)
                 best[m3] = max(best[m3], sa3, sb3)
             row += 2
+        if not ok:  # damaged codes: the caller raises
+            out[p] = np.nan
+            continue
         total = np.float32(0.0)
         for m in range(n_q):
             total += best[m]
@@ -107,13 +151,23 @@ def coded_maxsim(
 @JIT
 def list_gains(cells, gains, indptr, lists, total, stamp):
     """Credit each page named by query token ``t``'s probed lists (``cells[t]``, best
-    first) with the gain of the first list naming it; ``stamp`` starts at -1."""
+    first) with the gain of the first list naming it; ``stamp`` starts at -1. False when a
+    list or an entry points outside the arrays (damaged files: the caller raises)."""
+    n_pages = len(total)
     for t in range(cells.shape[0]):
         for j in range(cells.shape[1]):
             cell = cells[t, j]
+            if cell < 0 or cell + 1 >= len(indptr):
+                return False
+            start, stop = indptr[cell], indptr[cell + 1]
+            if start < 0 or stop > len(lists) or start > stop:
+                return False
             gain = np.float64(gains[t, j])
-            for entry in range(indptr[cell], indptr[cell + 1]):
+            for entry in range(start, stop):
                 page = lists[entry]
+                if page < 0 or page >= n_pages:
+                    return False
                 if stamp[page] != t:
                     stamp[page] = t
                     total[page] += gain
+    return True

@@ -39,7 +39,6 @@ from vrag_compress.store.maxsim import (
     one_blas_thread,
     parallel_map,
     settled_top_k,
-    top_k,
 )
 from vrag_compress.store.snapshot import Snapshot, Snapshots
 from vrag_compress.store.text_engine import TextEngine
@@ -268,16 +267,8 @@ class Searcher:
     ) -> Hits:
         if pos is None:
             pos = np.arange(len(snap.pids))
-        out = []
-        if self.ctx.scorer is None and isinstance(snap.tokens, CodedTokens):
-            # a codes-only store: scored from its codes in place, each page one fixed way
-            # (the same bits in any batch), so the scores settle nothing
-            for q in qs:
-                row = snap.tokens.maxsim(q, pos, threads)
-                best = top_k(row, k)
-                out.append((snap.pids[pos[best]], row[best]))
-            return out
         scores = self._scores(snap, qs, pos, threads)
+        out = []
         for q, row in zip(qs, scores, strict=True):
             best, settled = settled_top_k(q, row, k, snap.tokens, snap.bounds, pos)
             out.append((snap.pids[pos[best]], settled))
@@ -286,8 +277,12 @@ class Searcher:
     def _scores(
         self, snap: Snapshot, qs: list[np.ndarray], pos: np.ndarray, threads: int
     ) -> np.ndarray:
-        """``[Q, len(pos)]`` MaxSim of the pages at ``pos``, on the scorer (a GPU, or the torch
-        code on the CPU in tests) or by BLAS over their rows."""
+        """``[Q, len(pos)]`` MaxSim of the pages at ``pos``: one query of a codes-only store
+        (a rerank) from its codes in place; else on the scorer (a GPU, or the torch code on the
+        CPU in tests) or by BLAS over their rows (decoded chunk by chunk without fp16 rows),
+        where many queries share each product."""
+        if self.ctx.scorer is None and isinstance(snap.tokens, CodedTokens) and len(qs) == 1:
+            return snap.tokens.maxsim(qs[0], pos, threads)[None]
         if len(pos) == len(snap.pids):  # every page, in order
             tokens, bounds = snap.tokens, snap.bounds
         else:
