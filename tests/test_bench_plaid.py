@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench.plaid import (
+from vrag_compress.bench.plaid_exchange import (
     RUNNER,
     read_results,
     recall_at_10,

@@ -27,7 +27,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.plaid import RUNNER, _positions, read_results, recall_at_10, write_exchange
+from vrag_compress.bench.plaid_exchange import (
+    RUNNER,
+    _positions,
+    read_results,
+    recall_at_10,
+    write_exchange,
+)
 from vrag_compress.extras import install_command
 
 err = Console(stderr=True)

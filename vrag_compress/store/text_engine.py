@@ -24,7 +24,6 @@ tantivy's whitespace tokenizer, so the engine, FTS5 queries and Qdrant's sparse 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import shutil
 import sqlite3
@@ -39,7 +38,13 @@ from vrag_compress.store import catalog as cat
 from vrag_compress.store.base import StoreError
 from vrag_compress.store.context import StoreContext
 from vrag_compress.store.lexical import terms
-from vrag_compress.store.text_files import TextFiles, TextIndexError, is_panic
+from vrag_compress.store.text_files import (
+    TextFiles,
+    TextIndexError,
+    _schema,
+    _tantivy,
+    is_panic,
+)
 from vrag_compress.store.validate import StoreInputError
 
 log = logging.getLogger(__name__)
@@ -48,11 +53,6 @@ STAMP_PID = 0  # page pids start at 1 (AUTOINCREMENT)
 MAX_TERM_BYTES = 255  # longer "words" (a pasted hash, a run of digits) are not indexed
 OVER_FETCH = 4  # a filtered search first takes this many times k unfiltered hits
 WRITER_HEAP = 50_000_000
-MISSING = (
-    "text search needs the tantivy package: pip install tantivy "
-    "(or open the store with text_engine='fts5')"
-)
-
 
 # "auto": tantivy, FTS5 when its index is damaged (with a warning); "tantivy": a damaged index
 # raises `TextIndexError`; "fts5": SQLite FTS5 only
@@ -64,14 +64,6 @@ def check_text_engine(engine: Any) -> str:
     if engine not in ENGINES:
         raise StoreInputError(f"text_engine must be one of {ENGINES}, got {engine!r}")
     return str(engine)
-
-
-def _tantivy() -> Any:
-    try:
-        import tantivy
-    except ImportError:
-        raise StoreError(MISSING) from None
-    return tantivy
 
 
 def available() -> bool:
@@ -95,16 +87,6 @@ def _fits(term: str) -> bool:
 def terms_crc(joined: str) -> int:
     """The checksum of a page's indexed terms that `problems` compares."""
     return zlib.crc32(joined.encode("utf-8"))
-
-
-@functools.cache
-def _schema() -> Any:
-    builder = _tantivy().SchemaBuilder()
-    builder.add_text_field("text", tokenizer_name="whitespace", index_option="freq")
-    builder.add_unsigned_field("pid", indexed=True, fast=True)
-    builder.add_unsigned_field("crc", fast=True)
-    builder.add_unsigned_field("seq", fast=True)
-    return builder.build()
 
 
 class TextEngine:

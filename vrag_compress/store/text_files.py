@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from vrag_compress.store.base import StoreCorruptError
+from vrag_compress.store.base import StoreCorruptError, StoreError
 
 META = "meta.json"
 COMPONENTS = ("idx", "pos", "term", "fieldnorm", "fast", "store")  # a segment's files
@@ -33,6 +33,31 @@ REPAIR = "`vrag optimize` (LocalStore.rebuild_text_index()) rebuilds it from the
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
 _ATTEMPTS = 8  # fresh looks at meta.json while a writer keeps committing under the check
 _Key = tuple[int, int, int]
+
+
+# The engine's schema lives here, beside the files it defines (text_engine uses it).
+MISSING = (
+    "text search needs the tantivy package: pip install tantivy "
+    "(or open the store with text_engine='fts5')"
+)
+
+
+def _tantivy() -> Any:
+    try:
+        import tantivy
+    except ImportError:
+        raise StoreError(MISSING) from None
+    return tantivy
+
+
+@functools.cache
+def _schema() -> Any:
+    builder = _tantivy().SchemaBuilder()
+    builder.add_text_field("text", tokenizer_name="whitespace", index_option="freq")
+    builder.add_unsigned_field("pid", indexed=True, fast=True)
+    builder.add_unsigned_field("crc", fast=True)
+    builder.add_unsigned_field("seq", fast=True)
+    return builder.build()
 
 
 class TextIndexError(StoreCorruptError):
@@ -265,8 +290,6 @@ def _count(value: Any) -> bool:
 @functools.cache
 def _expected_meta() -> dict[str, Any]:
     """The ``meta.json`` of an empty index of the engine's schema (written by this tantivy)."""
-    from vrag_compress.store.text_engine import _schema, _tantivy
-
     with tempfile.TemporaryDirectory(prefix="vrag-text-schema-") as tmp:
         _tantivy().Index(_schema(), path=tmp)
         meta = json.loads((Path(tmp) / META).read_bytes())
