@@ -512,21 +512,29 @@ def _concat(parts: list[_Part], with_resid: bool, width: int) -> _Part:
 class CodedTokens(LazyTokens):
     """The token matrix of some pages rebuilt from their codes on demand: what a store without
     fp16 vectors searches (row reads and the fp32 cache: `LazyTokens`). Opening and the first
-    two-stage answer therefore decode only the reranked pages."""
+    two-stage answer therefore decode only the reranked pages.
+
+    A page's tokens are consecutive index rows from ``starts[page]``; keeping that (8 bytes a
+    page) instead of every token's index row (8 bytes a token: 824 MB at 1M pages, built at the
+    first search) is what keeps a large store's open and memory small."""
 
     def __init__(self, index: CandidateIndex, slots: np.ndarray, cache_bytes: int = 0):
         self.index = index
-        self.rows, self.bounds = gather_pages(index.slot_bounds, np.asarray(slots, np.int64))
-        super().__init__(len(self.rows), int(index.centroids.shape[1]), cache_bytes)
+        slots = np.asarray(slots, np.int64)
+        self.starts = index.slot_bounds[slots]
+        self.bounds = np.zeros(len(slots) + 1, dtype=np.int64)
+        np.cumsum(index.slot_bounds[slots + 1] - self.starts, out=self.bounds[1:])
+        super().__init__(int(self.bounds[-1]), int(index.centroids.shape[1]), cache_bytes)
 
     def _read(self, rows: np.ndarray) -> np.ndarray:
-        return self.index.decode_rows(self.rows[rows])
+        page = np.searchsorted(self.bounds, rows, side="right") - 1
+        return self.index.decode_rows(self.starts[page] + (rows - self.bounds[page]))
 
     def maxsim(self, q: np.ndarray, pages: np.ndarray, threads: int = 1) -> np.ndarray:
         """MaxSim of ``q`` against the given pages (positions in this matrix's page order),
         scored from their codes without decoding them to a matrix: as fast as BLAS over rows
         decoded already, and no decoded copy is kept (the point of a codes-only store)."""
         pages = np.asarray(pages, dtype=np.int64)
-        starts = self.rows[self.bounds[pages]]
+        starts = self.starts[pages]
         lengths = self.bounds[pages + 1] - self.bounds[pages]
         return coded_maxsim(q, self.index, starts, lengths, threads)
