@@ -48,6 +48,7 @@ from vrag_compress.store import (
     OptimizableStore,
     PageRecord,
     SearchResult,
+    StoreExistsError,
     VerifyReport,
 )
 from vrag_compress.store.base import LayoutStore, SearchMode
@@ -231,7 +232,9 @@ class VisualIndex:
         options: IndexOptions | None = None,
         **keywords: Any,
     ) -> VisualIndex:
-        """Create a new index folder. The encoder loads here (to learn the vector dimension).
+        """Create a new index folder. The encoder loads here (to learn the vector dimension);
+        a folder that already holds an index raises `StoreExistsError` first (use `open`, or
+        `open_or_create`).
 
         `compressor` is a compressor object, a method name (with `ratio`), or None for SAP at
         `ratio`; `compressor_for` fills in what depends on the model, e.g. a SAP window missing
@@ -253,6 +256,12 @@ class VisualIndex:
         vectors. The choice is kept in the index config.
         """
         path = Path(path)
+        if cls.exists(path):  # before any model loads: that takes seconds to minutes
+            raise StoreExistsError(
+                f"{path} already holds an index: open it with VisualIndex.open({str(path)!r}), "
+                f"or use VisualIndex.open_or_create({str(path)!r}, ...) to create it only when "
+                "it is missing"
+            )
         settings = IndexOptions.with_keywords(options, **keywords)
         loading = settings.encoder_options()
         try:

@@ -57,6 +57,8 @@ class AddReport:
     ocr_mode: str = "never"
     ocr_pages: list[dict[str, Any]] = field(default_factory=list)
     ocr_failures: list[dict[str, str]] = field(default_factory=list)
+    unsupported_files: dict[str, int] = field(default_factory=dict)
+    """Files inside the given folders that are not PDFs or images, skipped: count by suffix."""
 
     @property
     def ok(self) -> bool:
@@ -107,6 +109,7 @@ class AddReport:
             "failures": self.failures,
             "seconds": round(self.seconds, 3),
             "ocr": self.ocr_summary(),
+            "unsupported_files": dict(sorted(self.unsupported_files.items())),
         }
 
 
@@ -300,7 +303,7 @@ class Indexer:
             yield from states
             return
         seen: dict[str, str] = {}
-        for path in iter_documents(items):
+        for path in iter_documents(items, unsupported=report.unsupported_files):
             if isinstance(path, IngestError):
                 report.fail(path.path, path.reason)
                 continue

@@ -79,4 +79,6 @@ class IndexProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self._progress.tasks[0].total:  # no page to index (every file failed): no "0/0"
+            self._progress.update(self._task, visible=False)
         self._progress.stop()

@@ -59,6 +59,36 @@ def open_index(
         fail(str(error))
 
 
+def detail_lines(details: dict[str, Any], indent: str = "") -> list[str]:
+    """`key: value` lines for people: nested mappings indented under their key, lists joined
+    with commas, None as "none" (`--json` keeps the structure for scripts)."""
+    lines = []
+    for key, value in details.items():
+        if isinstance(value, dict) and value:
+            lines.append(f"{indent}{key}:")
+            lines.extend(detail_lines(value, indent + "  "))
+            continue
+        if isinstance(value, (list, tuple)):
+            shown = ", ".join(str(v) for v in value) or "none"
+        elif isinstance(value, bool):
+            shown = "yes" if value else "no"
+        elif value is None or value == {}:
+            shown = "none"
+        else:
+            shown = str(value)
+        lines.append(f"{indent}{key}: {shown}")
+    return lines
+
+
+def document_label(vindex: Any, doc_id: str, typed: str) -> str:
+    """How messages name a document: what the user typed, else its file name, with the doc id
+    in brackets (``report.pdf [c63508c7b195e6b6]``)."""
+    if typed == doc_id:
+        source = next((d.source for d in vindex.documents() if d.doc_id == doc_id), None)
+        typed = Path(source).name if source else doc_id
+    return doc_id if typed == doc_id else f"{typed} [{doc_id}]"
+
+
 def find_document(vindex: Any, name: str) -> str:
     """The doc id for a doc id, file name or source path given on the command line."""
     try:

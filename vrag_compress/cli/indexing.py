@@ -146,6 +146,7 @@ def index(
             "needs --codes 4bit or 2bit and the embedded store (no --store)",
             param_hint="--no-fp16",
         )
+    _check_model_name(model)
     compressor = _compressor(*parse_method(method, param), check_ratio(ratio), profile)
     encoder_options = _encoder_options(dtype, speedup, model)
     missing = [str(p) for p in paths if not p.exists()]
@@ -155,8 +156,9 @@ def index(
         )
     _require_extras(store, renderer)
     fresh_folder = store is None and not index_dir.exists()
+    existed = VisualIndex.exists(index_dir)
     try:
-        if VisualIndex.exists(index_dir):
+        if existed:
             fresh_folder = False
             given = _explicit(ctx, "model") and model != "auto"
             vindex = VisualIndex.open(
@@ -216,7 +218,13 @@ def index(
     if removed:  # every file failed: a first run leaves no empty index behind
         shutil.rmtree(index_dir)
     if json_out:
-        emit_json({"index": str(index_dir), **report.to_dict(), "index_created": not removed})
+        emit_json(
+            {
+                "index": str(index_dir),
+                **report.to_dict(),
+                "index_created": not existed and not removed,
+            }
+        )
     else:
         _print_report(report)
     if removed:
@@ -293,6 +301,15 @@ def _auto_encoder(device: str, batch_size: int, options: dict[str, str]) -> Any:
     return encoder
 
 
+def _check_model_name(model: str) -> None:
+    """A typo in --model (exit 2, with the closest known name) before any model loads."""
+    from vrag_compress.encoders.select import unknown_model_hint
+
+    hint = unknown_model_hint(model)
+    if hint is not None:
+        raise typer.BadParameter(hint, param_hint="--model")
+
+
 def _encoder_options(dtype: str, speedup: str, model: str) -> dict[str, str]:
     """--dtype/--speedup checked as usage (exit 2) before any model loads."""
     from vrag_compress.encoders.select import is_text_model
@@ -353,6 +370,15 @@ def _print_report(report: Any) -> None:
         f"({counted(report.pages_skipped, 'page')}) in {report.seconds:.1f}s",
         soft_wrap=True,  # one line however narrow the terminal (scripts read it)
     )
+    if report.unsupported_files:
+        kinds = sorted(report.unsupported_files.items(), key=lambda kind: (-kind[1], kind[0]))
+        out.print(
+            f"skipped {counted(sum(report.unsupported_files.values()), 'unsupported file')} "
+            f"in the folders ({', '.join(f'{n} {suffix}' for suffix, n in kinds)}): not PDFs "
+            "or images",
+            markup=False,
+            soft_wrap=True,
+        )
     for failure in report.failures:
         where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
         err.print(f"[yellow]failed:[/] {escape(where)}: {escape(failure['reason'])}")

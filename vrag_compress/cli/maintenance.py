@@ -12,6 +12,8 @@ from rich.table import Table
 from vrag_compress.cli.common import (
     EXIT_FAILED,
     JsonOpt,
+    detail_lines,
+    document_label,
     emit_json,
     err,
     fail,
@@ -19,6 +21,7 @@ from vrag_compress.cli.common import (
     open_index,
     out,
 )
+from vrag_compress.progress import counted
 
 
 def info(
@@ -41,8 +44,8 @@ def info(
     if json_out:
         emit_json({**details, "document_list": docs})
         return
-    for key, value in details.items():
-        out.print(f"[bold]{key}[/]: {escape(str(value))}")
+    for line in detail_lines(details):
+        out.print(line, markup=False, soft_wrap=True, highlight=False)
     table = Table(title="documents", title_justify="left")
     table.add_column("file", overflow="fold", min_width=20)
     for column in ("pages", "doc id", "status"):
@@ -145,12 +148,13 @@ def delete(
     """Delete one document's pages from an index."""
     with open_index(index_dir) as vindex:
         doc_id = find_document(vindex, document)
+        label = document_label(vindex, doc_id, document)
         removed = vindex.delete(doc_id)
     if removed == 0:
         if json_out:
             emit_json({"doc_id": doc_id, "pages_deleted": 0})
-        fail(f"no document {doc_id!r} in {index_dir}")
+        fail(f"no document {label} in {index_dir}")
     if json_out:
         emit_json({"doc_id": doc_id, "pages_deleted": removed})
     else:
-        out.print(f"deleted {removed} pages of {doc_id}", markup=False, soft_wrap=True)
+        out.print(f"deleted {counted(removed, 'page')} of {label}", markup=False, soft_wrap=True)

@@ -13,6 +13,7 @@ from rich.table import Table
 from vrag_compress.cli.common import (
     JsonOpt,
     StoreOpt,
+    document_label,
     emit_json,
     err,
     fail,
@@ -23,6 +24,7 @@ from vrag_compress.cli.common import (
 from vrag_compress.cli.options import check_choice, file_name, parse_filter
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.messages import EMPTY_QUERY
+from vrag_compress.progress import counted
 from vrag_compress.snippets import snippet
 
 if TYPE_CHECKING:
@@ -197,7 +199,9 @@ def show(
         try:
             image = vindex.page_image(doc_id, page)
             explanation = vindex.explain(query, doc_id, page) if query else None
-        except (KeyError, FileNotFoundError) as error:
+        except KeyError:
+            fail(_no_page(vindex, doc_id, document, page))
+        except FileNotFoundError as error:
             fail(str(error).strip("'\""))
         except (ValueError, EncoderLoadError) as error:
             fail(str(error))
@@ -232,3 +236,10 @@ def show(
         emit_json(summary)
     else:
         out.print(f"wrote {out_path}", markup=False, soft_wrap=True)
+
+
+def _no_page(vindex: Any, doc_id: str, typed: str, page: int) -> str:
+    """`vrag show` of a page the document does not have, naming the file the user typed."""
+    pages = next((d.n_pages for d in vindex.documents() if d.doc_id == doc_id), None)
+    has = f" (it has {counted(pages, 'page')})" if pages else ""
+    return f"no page {page} of {document_label(vindex, doc_id, typed)} in {vindex.path}{has}"

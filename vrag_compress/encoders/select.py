@@ -6,13 +6,20 @@ downloads are allowed) and otherwise the real offline MiniLM text encoder, and s
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from vrag_compress.encoders.base import ST_PREFIX, Encoder
-from vrag_compress.encoders.errors import EncoderLoadError
+from vrag_compress.encoders.errors import (
+    EncoderLoadError,
+    ModelNotFoundError,
+    model_not_found_message,
+)
 from vrag_compress.encoders.text import TEXT_MODELS
+from vrag_compress.encoders.tiny import TINY_MODELS
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,41 @@ AUTO_CANDIDATES = (
 """Col* checkpoints `auto` tries, best first: the default ColQwen2 (it has the paper's
 calibrated SAP window), then ColQwen2.5 and ColPali. The hub is only tried for the first."""
 AUTO_FALLBACK = "minilm"
+
+
+def known_models() -> list[str]:
+    """The short names and checkpoints a model name is compared with to catch typos."""
+    return [AUTO, *TEXT_MODELS, *AUTO_CANDIDATES, *TINY_MODELS]
+
+
+def unknown_model_hint(name: str) -> str | None:
+    """Why ``name`` cannot be a model, with the closest known name, or None when it may be one:
+    a known name, ``st:...``, an existing path, or a plausible hub id (``owner/name``, which
+    may be in the Hugging Face cache). Cheap: nothing is imported or loaded."""
+    name = str(name)
+    known = known_models()
+    if name in known or is_st_name(name) or Path(name).expanduser().exists():
+        return None
+    owner, slash, repo = name.partition("/")
+    if slash and owner and repo and "/" not in repo and not name.startswith((".", "~")):
+        return None
+    if "/" in name or os.sep in name or name.startswith((".", "~")):
+        return model_not_found_message(name, "no such folder and not a hub id")
+    lowered = {k.lower(): k for k in known}  # "MiniLM" means minilm
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    guess = f"did you mean {lowered[close[0]]!r}? " if close else ""
+    real = [k for k in known if k not in TINY_MODELS]
+    return (
+        f"unknown model {name!r}: {guess}Known names: {', '.join(real)} (and tiny-* test "
+        "models); or give a Hugging Face hub id (owner/name) or a local folder"
+    )
+
+
+def check_model_name(name: str) -> None:
+    """Raise `ModelNotFoundError` at once for a name that cannot be a model (see above)."""
+    hint = unknown_model_hint(name)
+    if hint is not None:
+        raise ModelNotFoundError(hint)
 
 
 def is_text_model(name: str) -> bool:
@@ -41,6 +83,7 @@ def load_encoder(model: str | os.PathLike, *, device: str = "auto", **options: A
     """An encoder for any supported name: ``minilm`` (page text), ``auto``, or a Col* model
     (hub id, local folder, tiny name; `options` go to the Col* loader)."""
     name = str(model)
+    check_model_name(name)
     if name == AUTO:
         encoder, reason = load_auto_encoder(device=device, **options)
         log.warning("model auto: using %s (%s)", encoder.model_id, reason)

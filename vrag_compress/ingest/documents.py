@@ -508,18 +508,22 @@ def find_documents(
 
 
 def iter_documents(
-    paths: Iterable[str | Path] | str | Path, *, recursive: bool = True
+    paths: Iterable[str | Path] | str | Path,
+    *,
+    recursive: bool = True,
+    unsupported: dict[str, int] | None = None,
 ) -> Iterator[Path | IngestError]:
     """:func:`find_documents` as a stream: each supported file, or the error of a path that cannot
     be used, as soon as the walk reaches it. Memory stays flat whatever the folder size (a file seen
-    twice, through two arguments or links, is yielded once)."""
+    twice, through two arguments or links, is yielded once). ``unsupported``, when given, counts
+    the unsupported files skipped inside folders by suffix (``{".docx": 2, "(no suffix)": 1}``)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     seen: set[tuple[int, int]] = set()
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            candidates: Iterable[Path | IngestError] = _walk(path, recursive)
+            candidates: Iterable[Path | IngestError] = _walk(path, recursive, unsupported)
         else:
             candidates = [_checked(path)]
         for item in candidates:
@@ -701,9 +705,12 @@ def _checked(path: Path) -> Path | IngestError:
     return path
 
 
-def _walk(folder: Path, recursive: bool) -> Iterator[Path | IngestError]:
+def _walk(
+    folder: Path, recursive: bool, unsupported: dict[str, int] | None = None
+) -> Iterator[Path | IngestError]:
     """Supported, non-hidden files under ``folder``, each folder's sorted, as the walk reaches
-    them; unreadable subfolders are errors. Symlinked folders are not followed (no loops)."""
+    them; unreadable subfolders are errors, other files are counted in ``unsupported`` by
+    suffix. Symlinked folders are not followed (no loops)."""
     errors: list[IngestError] = []
 
     def on_error(exc: OSError) -> None:
@@ -716,8 +723,14 @@ def _walk(folder: Path, recursive: bool) -> Iterator[Path | IngestError]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in sorted(files):
             path = Path(root) / name
-            if not name.startswith(".") and path.suffix.lower() in SUPPORTED_SUFFIXES:
+            if name.startswith("."):
+                continue
+            suffix = path.suffix.lower()
+            if suffix in SUPPORTED_SUFFIXES:
                 yield path
+            elif unsupported is not None:
+                kind = suffix or "(no suffix)"
+                unsupported[kind] = unsupported.get(kind, 0) + 1
     yield from errors
 
 
