@@ -18,6 +18,7 @@ import vrag_compress.bench.lexical  # noqa: F401
 import vrag_compress.bench.ocr  # noqa: F401
 import vrag_compress.bench.onnx  # noqa: F401
 import vrag_compress.bench.plaid  # noqa: F401
+import vrag_compress.bench.query  # noqa: F401
 import vrag_compress.bench.ray_scaling  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
 import vrag_compress.bench.serve  # noqa: F401
