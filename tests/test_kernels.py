@@ -89,7 +89,9 @@ def test_the_kernel_rounds_as_the_decoder_rounds():
             q[0, d] = 1.0
             out = np.empty(1, np.float32)
             starts, lengths = np.array([row]), np.array([1])
-            kernel(q, starts, lengths, 400, codes, packed, codes[:0], empty, centroids, table, out)
+            kernel(
+                q, starts, lengths, (400, codes, packed, codes[:0], empty, centroids, table), out
+            )
             assert out[0] == decoded[row, d]
 
 

@@ -14,12 +14,12 @@ JIT = numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 
 
 @JIT
-def decode_token(
-    row, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, out
-):
+def decode_token(row, index, out):
     """Token ``row`` of the index into ``out`` (float32), rounded to fp16 precision. False
     (and NaN in ``out``) where the stored centroid id is out of range: damaged codes, which the
-    caller reports."""
+    caller reports. ``index``: `CandidateIndex.kernel_arrays` (n_base, base codes and
+    residuals, tail codes and residuals, centroids, byte table)."""
+    n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table = index
     if row < 0 or row >= n_base + len(tail_codes):  # damaged page bounds
         out[:] = np.nan
         return False
@@ -59,38 +59,14 @@ def round_to_fp16(values):
 
 
 @JIT
-def decode_rows(
-    rows, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, out
-):
+def decode_rows(rows, index, out):
     """Tokens ``rows`` of the index into ``out[len(rows), D]``, as `decode_token` makes them."""
     for i in range(len(rows)):
-        decode_token(
-            rows[i],
-            n_base,
-            base_codes,
-            base_resid,
-            tail_codes,
-            tail_resid,
-            centroids,
-            table,
-            out[i],
-        )
+        decode_token(rows[i], index, out[i])
 
 
 @JIT
-def coded_maxsim(
-    q,
-    starts,
-    lengths,
-    n_base,
-    base_codes,
-    base_resid,
-    tail_codes,
-    tail_resid,
-    centroids,
-    table,
-    out,
-):
+def coded_maxsim(q, starts, lengths, index, out):
     """Two page tokens against four query tokens at a time: each load feeds several
     multiply-adds (1.5x the one-by-one dot product, as fast as BLAS on decoded rows)."""
     n_q, dim = q.shape
@@ -103,21 +79,9 @@ def coded_maxsim(
         row = starts[p]
         ok = True
         while row < end and ok:
-            ok = decode_token(
-                row, n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table, a
-            )
+            ok = decode_token(row, index, a)
             if row + 1 < end:
-                ok &= decode_token(
-                    row + 1,
-                    n_base,
-                    base_codes,
-                    base_resid,
-                    tail_codes,
-                    tail_resid,
-                    centroids,
-                    table,
-                    b,
-                )
+                ok &= decode_token(row + 1, index, b)
             else:
                 b[:] = a
             for m in range(0, n_q, 4):  # rows past the end repeat the last (max is idempotent)

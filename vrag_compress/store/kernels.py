@@ -101,7 +101,7 @@ def coded_maxsim(
 
     def run(span: tuple[int, int]) -> None:
         a, b = span
-        kernel(q, starts[a:b], lengths[a:b], *args, out[a:b])
+        kernel(q, starts[a:b], lengths[a:b], args, out[a:b])
 
     shares = max(1, min(threads, len(out) // MIN_PAGES_PER_THREAD))
     edges = np.linspace(0, len(out), shares + 1).astype(np.int64)
@@ -147,6 +147,6 @@ def decode_rows(index: Any, rows: np.ndarray) -> np.ndarray:
     arrays = index.kernel_arrays()
     out = np.empty((len(rows), arrays[5].shape[1]), dtype=np.float32)
     if len(rows):
-        kernels().decode_rows(np.ascontiguousarray(rows, dtype=np.int64), *arrays, out)
+        kernels().decode_rows(np.ascontiguousarray(rows, dtype=np.int64), arrays, out)
         _check_decoded(index, out)
     return out
