@@ -122,4 +122,5 @@ def test_show_query_writes_a_heatmap_with_a_legend(indexes, tmp_path):
     missing = CliRunner().invoke(app, [*args[:2], "nope", "1", "--query", "x"])
     assert missing.exit_code == 1 and "no document 'nope'" in missing.output
     no_page = CliRunner().invoke(app, [*args[:2], document.doc_id, "9", "--query", "x"])
-    assert no_page.exit_code == 1 and f"no page 9 of document {document.doc_id!r}" in no_page.output
+    assert no_page.exit_code == 1 and "no page 9 of scotus.pdf" in no_page.output
+    assert f"[{document.doc_id}]" in no_page.output and "(it has 1 page)" in no_page.output
