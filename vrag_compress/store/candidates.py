@@ -49,7 +49,6 @@ NBITS = {"none": 0, "4bit": 4, "2bit": 2}
 _CRC_CHUNK = 1 << 26
 MERGE_TAIL_FRACTION = 0.25  # merge tails into the base past this share of its tokens ...
 MERGE_MAX_TAILS = 64  # ... or this many tail parts
-PROBE_BLOCK = 8  # query tokens probed in one product (a fixed shape: the same bits anywhere)
 
 
 @dataclass
@@ -376,18 +375,19 @@ class CandidateIndex:
         """The slots the probed cells name (base pages from their lists, every tail page from
         its codes), their approximate scores (float64), and the score of every other slot.
 
-        A page's score is a sum over query tokens, so the tokens are probed and their lists
-        read in fixed blocks of `PROBE_BLOCK` (the same products, so the same bits, however
-        many threads share them out), and the blocks' exact float64 sums are added up."""
-        blocks = [query[i : i + PROBE_BLOCK] for i in range(0, len(query), PROBE_BLOCK)]
+        The query is probed in one product (its own shape, so the same bits alone or in a
+        batch); a page's score is a sum over query tokens, so ``threads > 1`` reads the lists
+        of groups of tokens on their own threads and adds the groups' exact float64 sums."""
+        cells, cell_scores, floor = cz.probe(query, self.centroids, nprobe)
+        groups = np.array_split(np.arange(len(query)), min(max(threads, 1), len(query)))
+        if len(groups) <= 1:
+            return self.probed_scores(cells, cell_scores, floor)
         parts = parallel_map(
-            lambda rows: self.probed_scores(*cz.probe(rows, self.centroids, nprobe)),
-            blocks,
-            min(max(threads, 1), len(blocks)),
+            lambda rows: self.probed_scores(cells[rows], cell_scores[rows], floor[rows]),
+            groups,
+            len(groups),
         )
-        if len(parts) == 1:
-            return parts[0]
-        total = np.zeros(self.n_slots, dtype=np.float64)  # float64: exact in any order
+        total = np.zeros(self.n_slots, dtype=np.float64)  # float64: exact in any grouping
         named = np.zeros(self.n_slots, dtype=bool)
         for slots, scores, floor_sum in parts:
             total[slots] += scores - floor_sum
