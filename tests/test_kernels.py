@@ -213,5 +213,5 @@ def test_damaged_codes_raise_a_store_error_not_garbage(coded_store, tmp_path):
         forged = np.array(base_codes)
         forged[5] = np.iinfo(forged.dtype).max
         index._kernel_arrays = (arrays[0], forged, *arrays[2:])
-        with pytest.raises(StoreCorruptError, match="centroids that do not exist"):
+        with pytest.raises(StoreCorruptError, match="centroids or rows that do not exist"):
             store.search(np.ones((2, DIM), np.float32), k=5, mode="exact")

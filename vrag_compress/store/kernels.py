@@ -111,11 +111,11 @@ def coded_maxsim(
 
 
 def _check_decoded(index: Any, values: np.ndarray) -> None:
-    """NaN means a stored centroid id past the centroids (`decode_token`): damaged codes."""
+    """NaN means a stored centroid id or a page's rows outside the index (`decode_token`)."""
     if np.isnan(values).any():
         raise StoreCorruptError(
             str(index.root / "centroids"),
-            "residual codes name centroids that do not exist (run verify)",
+            "residual codes name centroids or rows that do not exist (run verify)",
         )
 
 
