@@ -190,7 +190,7 @@ def test_compiled_decode_is_the_codecs_decode_bit_for_bit(nbits):
         centroids,
         byte_table(codec.weights, nbits),
     )
-    index = SimpleNamespace(kernel_arrays=lambda: arrays, root=None)
+    index = SimpleNamespace(kernel_arrays=lambda: arrays, centroids=centroids, root=None)
     rows = rng.permutation(600)
     got = decode_rows(index, rows)
     assert np.array_equal(got.view(np.uint32), want[rows].view(np.uint32))

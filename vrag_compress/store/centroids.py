@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from vrag_compress.store import kernels
+
 log = logging.getLogger(__name__)
 
 MIN_K = 1024
@@ -326,12 +328,10 @@ def touched_scores(
 
     Sub-linear in the collection: only the probed lists' entries are read, in one compiled
     pass (`kernels.list_gains`; every other page scores the sum of the floors)."""
-    from vrag_compress.store.kernels import list_gains
-
     if n_pages == 0 or cells.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     gains = np.asarray(cell_scores, dtype=np.float32) - floor[:, None]
-    touched, total = list_gains(cells, gains, indptr, pages, n_pages)
+    touched, total = kernels.list_gains(cells, gains, indptr, pages, n_pages)
     return touched, total + floor.sum(dtype=np.float64)
 
 

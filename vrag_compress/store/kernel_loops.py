@@ -60,9 +60,12 @@ def round_to_fp16(values):
 
 @JIT
 def decode_rows(rows, index, out):
-    """Tokens ``rows`` of the index into ``out[len(rows), D]``, as `decode_token` makes them."""
+    """Tokens ``rows`` of the index into ``out[len(rows), D]``, as `decode_token` makes them;
+    False when one of them is damaged."""
+    sound = True
     for i in range(len(rows)):
-        decode_token(rows[i], index, out[i])
+        sound &= decode_token(rows[i], index, out[i])
+    return sound
 
 
 @JIT

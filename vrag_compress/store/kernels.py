@@ -106,17 +106,17 @@ def coded_maxsim(
     shares = max(1, min(threads, len(out) // MIN_PAGES_PER_THREAD))
     edges = np.linspace(0, len(out), shares + 1).astype(np.int64)
     parallel_map(run, list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)), shares)
-    _check_decoded(index, out)
+    if np.isnan(out).any():  # a page with a damaged token (`decode_token`)
+        _report_damage(index)
     return out
 
 
-def _check_decoded(index: Any, values: np.ndarray) -> None:
-    """NaN means a stored centroid id or a page's rows outside the index (`decode_token`)."""
-    if np.isnan(values).any():
-        raise StoreCorruptError(
-            str(index.root / "centroids"),
-            "residual codes name centroids or rows that do not exist (run verify)",
-        )
+def _report_damage(index: Any) -> None:
+    """A stored centroid id or a page's rows outside the index: damaged codes or bounds."""
+    raise StoreCorruptError(
+        str(index.root / "centroids"),
+        "residual codes name centroids or rows that do not exist (run verify)",
+    )
 
 
 def list_gains(
@@ -144,9 +144,8 @@ def list_gains(
 def decode_rows(index: Any, rows: np.ndarray) -> np.ndarray:
     """Float32 tokens ``[len(rows), D]`` of candidate-index rows from their codes: bit for bit
     what `ResidualCodec.decode` gives, in one compiled pass instead of numpy's four."""
-    arrays = index.kernel_arrays()
-    out = np.empty((len(rows), arrays[5].shape[1]), dtype=np.float32)
-    if len(rows):
-        kernels().decode_rows(np.ascontiguousarray(rows, dtype=np.int64), arrays, out)
-        _check_decoded(index, out)
+    out = np.empty((len(rows), index.centroids.shape[1]), dtype=np.float32)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if len(rows) and not kernels().decode_rows(rows, index.kernel_arrays(), out):
+        _report_damage(index)
     return out
