@@ -42,10 +42,12 @@ def bench_query(
     seed: int = typer.Option(0, "--seed"),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
 ) -> None:
-    """p50/p95 of searches on an existing store, per thread count, and its first answer
-    (open + one search; the first run in a process also loads the compiled kernels)."""
+    """p50/p95 of searches on an existing store, per thread count, and its first answer (open
+    + one search in this process; with --data pages, reading the queries from the store has
+    already loaded the compiled decoder and warmed the page cache)."""
     from vrag_compress.bench.store import _thread_counts
     from vrag_compress.store import LocalStore
+    from vrag_compress.store.catalog import CATALOG_NAME
     from vrag_compress.store.validate import check_mode
 
     counts = _thread_counts(threads)
@@ -53,7 +55,7 @@ def bench_query(
         check_mode(mode)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--mode") from None
-    if not (store_path / "catalog.sqlite").is_file():
+    if not (store_path / CATALOG_NAME).is_file():
         raise typer.BadParameter(f"{store_path} is not a store folder", param_hint="STORE_PATH")
     report: dict[str, Any] = {"store": str(store_path), "mode": mode, "data": data}
     store: Any
