@@ -24,6 +24,7 @@ from vrag_compress.compress import compressor_for
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText, query_twin
 from vrag_compress.encoders.fingerprint import model_fingerprint, model_folder
+from vrag_compress.encoders.select import is_text_model
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
 from vrag_compress.index_config import (
     DEFAULT_MODEL,
@@ -809,6 +810,8 @@ class VisualIndex:
         extra = check_user_metadata(metadata or {})  # before any page is rendered
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
         page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
+        if self._reads_page_text():
+            page_ocr.check_text_sources(items, self.model_id)  # scans need OCR: say so now
         if ray is not None and ray is not False:
             from vrag_compress.distributed import RayOptions, add_on_ray
 
@@ -820,6 +823,12 @@ class VisualIndex:
                 self, items, extra, progress=progress, page_ocr=page_ocr, options=options
             )
         return self._indexer().add(items, extra, progress=progress, page_ocr=page_ocr)
+
+    def _reads_page_text(self) -> bool:
+        """Whether the encoder reads page text (MiniLM), known without loading it."""
+        if self._encoder is not None:
+            return isinstance(self._encoder, ReadsPageText)
+        return is_text_model(self.model_id)
 
     def _indexer(self) -> Indexer:
         return Indexer(

@@ -134,8 +134,10 @@ def index(
     if ray_address is not None:
         _check_ray()
     from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
+    from vrag_compress.encoders.select import is_text_model
     from vrag_compress.index import VisualIndex
     from vrag_compress.index_config import ImageOptions, IndexOptions
+    from vrag_compress.ingest.ocr import NeedsOcrError
 
     extra = parse_metadata(metadata)
     check_choice(renderer, RENDERERS, "--renderer")
@@ -157,6 +159,11 @@ def index(
     _require_extras(store, renderer)
     fresh_folder = store is None and not index_dir.exists()
     existed = VisualIndex.exists(index_dir)
+    if not existed and is_text_model(model):  # an existing index checks in `add`, unloaded
+        try:
+            page_ocr.check_text_sources(paths, model)
+        except NeedsOcrError as error:
+            fail(str(error))
     try:
         if existed:
             fresh_folder = False
@@ -208,6 +215,10 @@ def index(
     except typer.Exit:
         raise
     except ModelNotFoundError as error:
+        fail(str(error))
+    except NeedsOcrError as error:  # scans for a text encoder and no OCR engine: before any work
+        if fresh_folder and index_dir.exists():
+            shutil.rmtree(index_dir)
         fail(str(error))
     except KeyboardInterrupt:  # before any page was committed (loading the model)
         err.print("interrupted: nothing was indexed")

@@ -12,15 +12,26 @@ OCR after one warning, and ``always`` fails with a clear error before anything i
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import statistics
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+import pypdfium2 as pdfium
 from PIL import Image
+
+from vrag_compress.ingest.documents import (
+    IMAGE_SUFFIXES,
+    PDF_SUFFIXES,
+    Page,
+    display_path,
+    iter_documents,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +51,10 @@ class OcrError(RuntimeError):
 
 class OcrUnavailableError(OcrError):
     """The OCR engine is not installed or cannot load its models."""
+
+
+class NeedsOcrError(OcrUnavailableError):
+    """A text encoder meets pages without a text layer, and no OCR engine is installed."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +205,22 @@ class PageOcr:
             return False
         return self.mode == "always" or not has_text_layer(text, self.min_chars)
 
+    def check_text_sources(self, items: Any, model_id: str) -> None:
+        """For a text encoder (it reads page text, not pixels): refuse, before any page is
+        encoded, pages that have no text layer when no OCR engine could read them, with one
+        message naming the extra, rather than a failure per page after a misleading warning.
+        ``never`` is the caller's choice and is not checked."""
+        if self.mode == "never" or self._engine is not None or engine_installed():
+            return
+        textless = textless_pages(items, self.min_chars)
+        if textless:
+            raise NeedsOcrError(
+                f"the text encoder {model_id} reads page text, not pixels, and these pages have "
+                f"no text layer: {'; '.join(textless)}. Reading them needs OCR: install the OCR "
+                f"extra with `pip install 'vrag-compress[ocr]'` and run again (or index them "
+                "with a Col* model, which reads page images)"
+            )
+
     def engine(self) -> OcrEngine | None:
         """The engine, loaded on first need; None in ``auto`` when OCR is not installed."""
         if self._engine is None and not self._unavailable:
@@ -224,6 +255,76 @@ class PageOcr:
     ) -> list[PageText]:
         """`page_text` for a batch of pages, in order."""
         return [self.page_text(i, t) for i, t in zip(images, text_layers, strict=True)]
+
+
+def engine_installed() -> bool:
+    """Whether the OCR engine's package is importable, without loading its models (~1 s)."""
+    try:
+        return importlib.util.find_spec("rapidocr_onnxruntime") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        return False
+
+
+def textless_pages(items: Any, min_chars: int = MIN_TEXT_CHARS, files: int = 3) -> list[str]:
+    """Where pages lack a usable text layer, as "scan.pdf pages 1-3" / "photo.png", for the
+    first ``files`` files that have such pages. Reads PDF text layers without rendering (a few
+    ms a page); files that cannot be opened are skipped (indexing reports them)."""
+    if isinstance(items, (str, Path)):
+        items = [items]
+    items = list(items) if isinstance(items, Iterable) else [items]
+    if items and all(isinstance(i, Page) for i in items):
+        pages = [p for p in items if not has_text_layer(p.text, min_chars)]
+        return [f"{display_path(p.source or p.doc_id)} page {p.page_no}" for p in pages[:files]]
+    found: list[str] = []
+    for path in iter_documents(items):
+        if isinstance(path, Path) and len(found) < files:
+            missing = _textless_in_file(path, min_chars)
+            if missing:
+                found.append(f"{display_path(path)}{missing}")
+    return found
+
+
+def _textless_in_file(path: Path, min_chars: int) -> str:
+    """ " pages 1-3" for the PDF pages without text ("" if none); " (an image)" for an image."""
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return " (an image)"
+    if suffix not in PDF_SUFFIXES:
+        return ""
+    try:
+        pdf = pdfium.PdfDocument(path)
+    except Exception:  # noqa: BLE001 (password, damage: indexing reports it with its fix)
+        return ""
+    try:
+        missing = [n for n in range(1, len(pdf) + 1) if not _pdf_page_has_text(pdf, n, min_chars)]
+    except Exception:  # noqa: BLE001 (a damaged page: indexing reports it)
+        return ""
+    finally:
+        pdf.close()
+    return f" {'page' if len(missing) == 1 else 'pages'} {page_ranges(missing)}" if missing else ""
+
+
+def _pdf_page_has_text(pdf: pdfium.PdfDocument, page_no: int, min_chars: int) -> bool:
+    page = pdf[page_no - 1]
+    try:
+        textpage = page.get_textpage()
+        try:
+            return has_text_layer(textpage.get_text_range(), min_chars)
+        finally:
+            textpage.close()
+    finally:
+        page.close()
+
+
+def page_ranges(numbers: Sequence[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _warn_unavailable(error: OcrUnavailableError) -> None:

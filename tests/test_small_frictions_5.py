@@ -1,0 +1,82 @@
+"""What a new user meets next: scans without OCR, REST image paths, exits, explanations, tables."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vrag_compress.cli import app
+from vrag_compress.ingest import ocr as ocr_module
+
+
+def run(*args: object, **kwargs: object):
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def no_rapidocr(monkeypatch: pytest.MonkeyPatch):
+    """An install without the [ocr] extra (the README's wheel line)."""
+    monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)
+    monkeypatch.setattr(ocr_module, "_warned_unavailable", False)
+    ocr_module._load_rapidocr.cache_clear()
+    yield
+    ocr_module._load_rapidocr.cache_clear()
+
+
+def _no_text_encoder_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vrag_compress.encoders import text_pages
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the text encoder was loaded")
+
+    monkeypatch.setattr(text_pages.PageTextEncoder, "__init__", refuse)
+
+
+# ----------------------------------------------------------------- scans, MiniLM and no OCR
+def test_scans_for_the_text_encoder_without_ocr_get_one_message_before_any_work(
+    no_rapidocr, tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_text_encoder_loads(monkeypatch)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(shared_data / "pdfs" / "edge" / "ocr_test.pdf", folder / "scan.pdf")
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder / "text.pdf")
+    result = run("index", folder, "--index", tmp_path / "idx", "--model", "minilm")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("vrag-compress[ocr]") == 1
+    assert "scan.pdf page 1" in result.stderr and "text.pdf" not in result.stderr
+    assert "indexed without text" not in result.stderr and "failed:" not in result.stderr
+    assert not (tmp_path / "idx").exists()
+
+
+def test_text_pdfs_for_the_text_encoder_need_no_ocr(tmp_path: Path, shared_data: Path) -> None:
+    pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+    assert ocr_module.textless_pages([pdf]) == []
+    assert ocr_module.textless_pages([shared_data / "pdfs" / "edge" / "ocr_test.pdf"]) == [
+        f"{shared_data / 'pdfs' / 'edge' / 'ocr_test.pdf'} page 1"
+    ]
+    assert ocr_module.page_ranges([5, 1, 2, 3, 8, 9]) == "1-3, 5, 8-9"
+
+
+def test_an_existing_text_index_checks_scans_before_loading_its_encoder(
+    no_rapidocr, tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vrag_compress import VisualIndex
+    from vrag_compress.ingest import Page
+    from vrag_compress.ingest.ocr import NeedsOcrError
+
+    index = VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2")
+    index.model_id = "minilm"  # as an index built by the text encoder reads back
+    index._encoder = None
+    _no_text_encoder_loads(monkeypatch)
+    from PIL import Image
+
+    page = Page("d1", 1, Image.new("RGB", (64, 64), "white"), None, Path("photo.png"))
+    with index:
+        with pytest.raises(NeedsOcrError, match=r"photo\.png page 1.*vrag-compress\[ocr\]"):
+            index.add([page], progress=False)
+        assert index.store.count() == 0
