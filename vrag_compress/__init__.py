@@ -54,6 +54,9 @@ _EXPORTS = {
     "page_label": "vrag_compress.answering",
     "region_label": "vrag_compress.answering",
     "page_reference": "vrag_compress.answering",
+    "hit_pages": "vrag_compress.answering",
+    "ImageQuery": "vrag_compress.image_query",
+    "ImageQueryError": "vrag_compress.image_query",
     "cited_numbers": "vrag_compress.answering",
     "citations": "vrag_compress.answering",
     # scoring and calibration
@@ -72,6 +75,7 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
         answer_pages,
         citations,
         cited_numbers,
+        hit_pages,
         load_chat_model,
         page_blocks,
         page_label,
@@ -88,6 +92,7 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
     from vrag_compress.compress.base import BaseCompressor, CompressedPage, Compressor
     from vrag_compress.encoders.base import Encoder, PageEncoding
     from vrag_compress.encoders.errors import EncoderLoadError
+    from vrag_compress.image_query import ImageQuery, ImageQueryError
     from vrag_compress.index import (
         AddReport,
         Hit,
@@ -149,6 +154,9 @@ __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "page_label",
     "region_label",
     "page_reference",
+    "hit_pages",
+    "ImageQuery",
+    "ImageQueryError",
     "cited_numbers",
     "citations",
     "maxsim",

@@ -13,7 +13,7 @@ import base64
 import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -91,6 +91,27 @@ class AnswerPage:
             data, mime = _encode(hit.image, image_format, image_max_side)
             metadata.update(image_base64=data, image_mime_type=mime)
         return cls(hit.page_id, hit.text or "", metadata)
+
+
+def hit_pages(hits: Sequence[Hit], **from_hit: Any) -> list[AnswerPage]:
+    """The pages to answer from: each hit, with the neighbouring pages of its `context`
+    (``search(..., neighbours=N)``) around it in page order, every page once. A neighbour's
+    metadata names the hit it came with (``neighbour_of``) and has no score, so an answer
+    that runs over a page break can cite the page it came from. ``from_hit`` goes to
+    `AnswerPage.from_hit`."""
+    pages: list[AnswerPage] = []
+    seen: set[str] = set()
+    for hit in hits:
+        for page in hit.pages:
+            if page.page_id in seen:
+                continue
+            seen.add(page.page_id)
+            if page is hit:
+                pages.append(AnswerPage.from_hit(page, **from_hit))
+                continue
+            near = AnswerPage.from_hit(page, **{**from_hit, "with_score": False})
+            pages.append(replace(near, metadata={**near.metadata, "neighbour_of": hit.page_id}))
+    return pages
 
 
 def page_label(page: AnswerPage) -> str:
@@ -217,7 +238,7 @@ def cited_numbers(answer: str) -> list[int]:
 
 def page_reference(number: int, page: AnswerPage) -> dict[str, Any]:
     """How page ``[number]`` of a prompt is reported back: label, source, page, ids, score,
-    matched regions."""
+    matched regions, and for a neighbouring page the id of the hit it came with."""
     meta = page.metadata
     return {
         "ref": number,
@@ -229,6 +250,7 @@ def page_reference(number: int, page: AnswerPage) -> dict[str, Any]:
         "page_id": page.id,
         "score": meta.get("score"),
         "regions": meta.get("regions") or [],
+        "neighbour_of": meta.get("neighbour_of"),
     }
 
 

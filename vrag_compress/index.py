@@ -26,6 +26,12 @@ from vrag_compress.encoders.base import Encoder, QueryEncoder, ReadsPageText, qu
 from vrag_compress.encoders.fingerprint import model_fingerprint, model_folder
 from vrag_compress.encoders.select import is_text_model
 from vrag_compress.explain import Explanation, Region, explain_vectors, query_token_labels
+from vrag_compress.image_query import (
+    ImageQuery,
+    QueryImage,
+    encode_query_image,
+    load_query_image,
+)
 from vrag_compress.index_config import (
     DEFAULT_MODEL,
     DEFAULT_RATIO,
@@ -98,6 +104,12 @@ class Hit:
     page_id: str
     regions: list[Region] = field(default_factory=list)
     components: dict[str, dict[str, float]] | None = None
+    context: list[Hit] = field(default_factory=list)
+    """With ``search(..., neighbours=N)``: the N pages before and after this one in the same
+    document, in page order (scores NaN); empty otherwise."""
+    query_ocr: str | None = None
+    """For an image query on a text-encoder index: the words OCR read from the image, which
+    were searched as text; None for every other search."""
     _assets: PageAssets | None = field(default=None, repr=False, compare=False)
     _image_ref: str | None = field(default=None, repr=False, compare=False)
     _explanation: Explanation | None = field(default=None, repr=False, compare=False)
@@ -113,6 +125,11 @@ class Hit:
     def found_by(self) -> list[str]:
         """Which sides of a text or hybrid search found this page ("visual", "text")."""
         return sorted(self.components or {}, reverse=True)
+
+    @property
+    def pages(self) -> list[Hit]:
+        """The hit and its `context` in page order: what an answer reads as one passage."""
+        return sorted([self, *self.context], key=lambda hit: hit.page_no)
 
     @property
     def image_path(self) -> Path | None:
@@ -142,6 +159,8 @@ class Hit:
             "page_id": self.page_id,
             "regions": [r.to_dict() for r in self.regions],
             "components": self.components,
+            "context": [c.to_dict() for c in self.context],
+            "query_ocr": self.query_ocr,
         }
 
 
@@ -448,16 +467,20 @@ class VisualIndex:
     # ----------------------------------------------------------------- reading
     def search(
         self,
-        query: str | np.ndarray,
+        query: str | np.ndarray | None = None,
         k: int = 5,
         *,
+        image: QueryImage | ImageQuery | None = None,
         filter: dict[str, Any] | None = None,
         mode: SearchMode = "auto",
         alpha: float | None = None,
         text_k: int | None = None,
         fts_syntax: bool = False,
+        neighbours: int = 0,
+        compress_query: bool = True,
+        ocr: PageOcr | None = None,
     ) -> list[Hit]:
-        """Top-k pages for the query.
+        """Top-k pages for the query: words, ready-made query vectors, or ``image``.
 
         ``mode`` "auto", "exact" or "two_stage" rank by MaxSim of the query against the
         compressed page vectors; "text" by BM25 over the page text (no model is loaded);
@@ -467,7 +490,83 @@ class VisualIndex:
         text candidates hybrid fuses; ``fts_syntax`` reads the query as raw SQLite FTS5 syntax
         (phrases, NEAR, prefix*) on the embedded store.
 
-        An empty (or whitespace-only) query raises `ValueError`, as in every integration."""
+        ``image`` (a path, a PIL image or the file's bytes) searches with a picture instead of
+        words: a Col* index encodes it as a page (compressed with the index's compressor unless
+        ``compress_query=False``); a text-encoder index reads its words by OCR (``ocr``, default
+        `PageOcr("always")`) and searches them as text, and each hit's ``query_ocr`` holds them.
+        ``neighbours`` N gives each hit the N pages before and after it in its document
+        (`Hit.context`), for answers that run over a page break.
+
+        An empty (or whitespace-only) query raises `ValueError`, as in every integration; so
+        does an image that is not one, is empty or is too large (`ImageQueryError`)."""
+        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
+            raise ValueError(f"neighbours must be a whole number >= 0, got {neighbours!r}")
+        read: ImageQuery | None = None
+        if image is not None:
+            if query is not None:
+                raise ValueError("give either a query or an image to search with, not both")
+            read = (
+                image
+                if isinstance(image, ImageQuery)
+                else self.read_image(image, compress=compress_query, ocr=ocr)
+            )
+            if read.read_by == "page" and mode in ("text", "hybrid"):
+                raise ValueError(
+                    f"mode={mode!r} searches page text, and this index's model reads the query "
+                    "image as a page: use mode 'auto', 'exact' or 'two_stage'"
+                )
+            query = read.text if read.read_by == "ocr" else read.vectors
+        if query is None:
+            raise ValueError("nothing to search with: give the query words or image=")
+        hits = self._search(query, k, filter, mode, alpha, text_k, fts_syntax)
+        for hit in hits:
+            hit.query_ocr = read.text if read is not None and read.read_by == "ocr" else None
+        if neighbours:
+            self._attach_context(hits, neighbours)
+        return hits
+
+    def read_image(
+        self, image: QueryImage, *, compress: bool = True, ocr: PageOcr | None = None
+    ) -> ImageQuery:
+        """A query image made ready to search (see `search`): its page vectors, or its words
+        read by OCR for a text-encoder index. Pass the result to ``search(image=...)`` to report
+        how the image was read even when nothing matches."""
+        picture = load_query_image(image)
+        with self._load_lock:
+            encoder = self.encoder
+            if self._twin is None or self._twin[0] is not encoder:
+                self._twin = (encoder, query_twin(encoder))
+            twin = self._twin[1]  # its own processor: pages may encode on another thread
+        with self._query_lock:
+            return encode_query_image(picture, twin, self.compressor, compress=compress, ocr=ocr)
+
+    def _attach_context(self, hits: list[Hit], n: int) -> None:
+        """Each hit's `context`: its document's pages within ``n`` of it, by their page ids."""
+        around = {
+            hit.page_id: [
+                default_page_id(hit.doc_id, number)
+                for number in range(max(1, hit.page_no - n), hit.page_no + n + 1)
+                if number != hit.page_no
+            ]
+            for hit in hits
+        }
+        wanted = list(dict.fromkeys(i for ids in around.values() for i in ids))
+        records = {r.page_id: r for r in self.store.get(wanted, missing="skip")}
+        for hit in hits:
+            found = [records[i] for i in around[hit.page_id] if i in records]
+            hit.context = [self._hit(r, score=float("nan")) for r in found]
+
+    def _search(
+        self,
+        query: str | np.ndarray,
+        k: int,
+        filter: dict[str, Any] | None,
+        mode: SearchMode,
+        alpha: float | None,
+        text_k: int | None,
+        fts_syntax: bool,
+    ) -> list[Hit]:
+        """One search by words or query vectors (see `search`)."""
         if isinstance(query, str) and not query.strip():
             raise ValueError("empty query: give the words or question to search for")
         text = query if isinstance(query, str) else None

@@ -33,8 +33,19 @@ if TYPE_CHECKING:
 
 def search(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
-    query: str = typer.Argument(..., metavar="QUERY", help="The question or keywords."),
+    query: str | None = typer.Argument(
+        None, metavar="[QUERY]", help="The question or keywords (or search with --image)."
+    ),
     k: int = typer.Option(5, "-k", min=1, help="Number of pages to return."),
+    image: Path | None = typer.Option(
+        None,
+        "--image",
+        help="Search with a picture instead of words: pages like this one. A Col* index "
+        "encodes it as a page; a text-encoder index (minilm) reads its words by OCR.",
+    ),
+    neighbours: int = typer.Option(
+        0, "--neighbours", min=0, help="Also list the N pages before and after each hit."
+    ),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
     mode: str = typer.Option(
         "auto",
@@ -57,7 +68,9 @@ def search(
     store: str | None = StoreOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    """Search an index; prints the best pages: score, file, page and a snippet of the text."""
+    """Search an index; prints the best pages: score, file, page and a snippet of the text.
+
+    With --image FILE, the pages most like a picture (a page, a photo of a form, a figure)."""
     from vrag_compress.store.validate import SEARCH_MODES  # the store's modes, named once
 
     check_choice(mode, SEARCH_MODES, "--mode")
@@ -67,29 +80,48 @@ def search(
         raise typer.BadParameter(
             "--fts-syntax reads the query of --mode text or hybrid", param_hint="--fts-syntax"
         )
-    if not query.strip():
-        raise typer.BadParameter(EMPTY_QUERY, param_hint="QUERY")
+    if image is not None and query is not None:
+        raise typer.BadParameter("give QUERY or --image, not both", param_hint="--image")
+    if image is None and (query is None or not query.strip()):
+        raise typer.BadParameter(
+            EMPTY_QUERY if query is not None else "give QUERY, or --image FILE",
+            param_hint="QUERY",
+        )
     where = parse_filter(filter)
     from vrag_compress.store import StoreError
     from vrag_compress.store.filters import FilterError
 
+    read = None
     with open_index(index_dir, readonly=True, store=store) as vindex:
         try:
+            read = read_query_image(vindex, image) if image is not None else None
             hits = vindex.search(
                 query,
                 k=k,
+                image=read,
                 filter=where,
                 mode=cast("SearchMode", mode),  # checked against SEARCH_MODES above
                 alpha=alpha,
                 fts_syntax=fts_syntax,
+                neighbours=neighbours,
             )
         except FilterError as error:  # one the backend cannot run (e.g. a string range on Qdrant)
             raise typer.BadParameter(str(error), param_hint="--filter") from error
         except (ValueError, EncoderLoadError, StoreError) as error:  # a damaged index, no tantivy
             fail(str(error))
     if json_out:
-        emit_json({"query": query, "hits": [h.to_dict() for h in hits]})
+        shown: dict[str, Any] = {"query": query, "hits": [h.to_dict() for h in hits]}
+        if read is not None:
+            shown["image_query"] = {"image": str(image), **read.to_dict()}
+        emit_json(shown)
         return
+    if read is not None and read.read_by == "ocr":
+        out.print(
+            f"read by OCR (this index's text encoder searches words): {read.text!r}",
+            markup=False,
+            soft_wrap=True,
+        )
+    words = query or (read.text if read is not None else None) or ""
     fused = mode in ("text", "hybrid")
     table = Table("rank", "score")
     table.add_column("file", overflow="fold", min_width=20)  # the whole name, folded if narrow
@@ -101,8 +133,22 @@ def search(
         cells = [str(rank), f"{hit.score:.4g}", escape(file_name(hit)), str(hit.page_no)]
         if fused:
             cells.append(found_by(hit.components))
-        table.add_row(*cells, escape(snippet(hit.text, query)))
+        table.add_row(*cells, escape(snippet(hit.text, words)))
+        for near in hit.context:
+            cells = ["", "", "", f"({near.page_no})"] + ([""] if fused else [])
+            table.add_row(*cells, escape(snippet(near.text, words)), style="dim")
     out.print(table)
+
+
+def read_query_image(vindex: Any, image: Path) -> Any:
+    """``--image``: the picture read for searching (an `ImageQuery`); a bad file is a usage
+    error naming it."""
+    from vrag_compress.image_query import ImageQueryError
+
+    try:
+        return vindex.read_image(image)
+    except ImageQueryError as error:
+        raise typer.BadParameter(str(error), param_hint="--image") from error
 
 
 def found_by(components: dict[str, dict[str, float]] | None) -> str:
@@ -124,6 +170,13 @@ def ask(
     ),
     k: int = typer.Option(3, "-k", min=1, help="Pages to send to the model."),
     filter: list[str] = typer.Option([], "--filter", "-f", help="JSON filter or KEY=VALUE."),
+    neighbours: int = typer.Option(
+        0,
+        "--neighbours",
+        min=0,
+        help="Also send the N pages before and after each retrieved page, for answers that "
+        "run over a page break (a table continued on the next page).",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Answer a question with a multimodal chat model, from the retrieved page images."""
@@ -143,12 +196,12 @@ def ask(
     where = parse_filter(filter)
     with open_index(index_dir, readonly=True) as vindex:
         try:
-            hits = vindex.search(question, k=k, filter=where)
+            hits = vindex.search(question, k=k, filter=where, neighbours=neighbours)
         except (ValueError, EncoderLoadError, StoreError) as error:
             fail(str(error))
         if not hits:
             fail(f"{index_dir}: the index has no pages to answer from")
-        pages = [answering.AnswerPage.from_hit(hit, image_base64=True) for hit in hits]
+        pages = answering.hit_pages(hits, image_base64=True)
         try:
             result = answering.answer_pages(question, pages, chat_model)
         except Exception as error:  # provider errors: missing key, network, refused images
