@@ -80,3 +80,28 @@ def test_an_existing_text_index_checks_scans_before_loading_its_encoder(
         with pytest.raises(NeedsOcrError, match=r"photo\.png page 1.*vrag-compress\[ocr\]"):
             index.add([page], progress=False)
         assert index.store.count() == 0
+
+
+# ----------------------------------------------------------------- REST image paths
+def test_rest_image_path_does_not_depend_on_how_the_index_path_was_typed(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from vrag_compress import VisualIndex, get_compressor
+    from vrag_compress.serve import ServeConfig, create_app
+
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+    tiny = {"model": "tiny-colqwen2", "compressor": compressor}
+    with VisualIndex.create(tmp_path / "my.vrag", **tiny) as ix:
+        ix.add([pdf], progress=False, ocr="never")
+        doc_id = ix.documents()[0].doc_id
+    monkeypatch.chdir(tmp_path)
+    answers = []
+    for typed in (Path("my.vrag"), tmp_path / "my.vrag"):
+        config = ServeConfig(typed, api_key="k", ocr="never")
+        with TestClient(create_app(config), base_url="http://127.0.0.1:8000") as client:
+            hit = client.get("/api/search", params={"q": "oral argument"}).json()["hits"][0]
+            answers.append(hit["image_path"])
+    assert answers == [f"images/{doc_id}/1.webp"] * 2

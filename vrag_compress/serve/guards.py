@@ -208,10 +208,14 @@ def public_path(path: str | None, root: Path) -> str | None:
     (``uploads/<job>/name.pdf``, ``images/...``), else the file name alone."""
     if not path:
         return path
-    try:
-        return PurePath(path).relative_to(root).as_posix()
-    except ValueError:
-        return PurePath(path).name
+    # a stored path is relative when the index was opened by a relative path (`vrag serve
+    # my.vrag`): compare it as typed, from the working folder, and with links resolved
+    for candidate in (PurePath(path), Path(path).absolute(), Path(path).resolve()):
+        try:
+            return candidate.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return PurePath(path).name
 
 
 def hide_root(text: str, root: Path) -> str:
