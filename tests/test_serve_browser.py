@@ -407,3 +407,29 @@ def test_the_console_stays_clean_and_the_favicon_answers(server, browser):
     assert status in (200, 204)
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_search_with_an_image_finds_that_page_and_refuses_a_non_image(
+    server, served_index, browser, tmp_path
+):
+    with VisualIndex.open(served_index, readonly=True) as index:
+        (doc,) = [d for d in index.documents() if d.n_pages > 1]
+        index.page_image(doc.doc_id, 2).save(tmp_path / "page two.png")
+    (tmp_path / "notes.png").write_text("words, not pixels")
+    browser.get(server + "/")
+    wait(browser, lambda d: "pages" in d.find_element(By.ID, "index-info").text)
+    browser.find_element(By.ID, "image-q").send_keys(str(tmp_path / "page two.png"))
+    browser.find_element(By.ID, "image-search-button").click()
+    cards = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#results .card"))
+    status = browser.find_element(By.ID, "search-status").text
+    assert status == "5 pages like page two.png"  # a Col* index reads the picture, not OCR
+    assert "multi_page.pdf" in cards[0].text and "page 2 \u00b7" in cards[0].text
+    shot(browser, "image-search")
+    browser.find_element(By.ID, "image-q").clear()
+    browser.find_element(By.ID, "image-q").send_keys(str(tmp_path / "notes.png"))
+    browser.find_element(By.ID, "image-search-button").click()
+    wait(
+        browser, lambda d: "error" in d.find_element(By.ID, "search-status").get_attribute("class")
+    )
+    assert "not an image" in browser.find_element(By.ID, "search-status").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#results .card")

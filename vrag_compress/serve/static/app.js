@@ -114,6 +114,41 @@ async function search(event) {
   body.hits.forEach((hit, i) => results.appendChild(card(hit, i + 1, body.snippets[i])));
 }
 
+// a picture as the query: the server encodes it as a page (Col* models) or reads its words by
+// OCR (text encoders) and says which; the viewer then explains hits by those words, if any
+async function imageSearch(event) {
+  if (event) event.preventDefault();
+  const file = $("image-q").files[0];
+  if (!file) {
+    setStatus("search-status", "choose an image first", true);
+    return;
+  }
+  const results = $("results");
+  state.blobs.forEach((u) => URL.revokeObjectURL(u));
+  state.blobs = [];
+  results.replaceChildren();
+  state.query = "";
+  setStatus("search-status", "searching with " + file.name + "...");
+  const form = new FormData();
+  form.append("image", file);
+  form.append("k", $("k").value);
+  let body;
+  try {
+    body = await json("/api/search", { method: "POST", body: form });
+  } catch (error) {
+    setStatus("search-status", error.message, true);
+    return;
+  }
+  const read = body.image_query;
+  let status = plural(body.hits.length, "page") + " like " + file.name;
+  if (read.read_by === "ocr") {
+    state.query = read.ocr_text;
+    status += " \u00b7 its words read by OCR: \u201c" + read.ocr_text + "\u201d";
+  }
+  setStatus("search-status", status);
+  body.hits.forEach((hit, i) => results.appendChild(card(hit, i + 1, body.snippets[i])));
+}
+
 function displayName(hit) {
   return (hit.metadata && hit.metadata.filename) || hit.doc_id;
 }
@@ -410,6 +445,7 @@ function start() {
     refreshDocuments();
   });
   $("search-form").addEventListener("submit", search);
+  $("image-search-form").addEventListener("submit", imageSearch);
   $("mode").addEventListener("change", showAlpha);
   showAlpha();
   $("ask-form").addEventListener("submit", ask);
