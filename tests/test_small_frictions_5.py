@@ -105,3 +105,21 @@ def test_rest_image_path_does_not_depend_on_how_the_index_path_was_typed(
             hit = client.get("/api/search", params={"q": "oral argument"}).json()["hits"][0]
             answers.append(hit["image_path"])
     assert answers == [f"images/{doc_id}/1.webp"] * 2
+
+
+# ----------------------------------------------------------------- exit with a local Qdrant
+def test_an_index_on_a_local_qdrant_folder_exits_cleanly_unclosed(tmp_path: Path) -> None:
+    import subprocess
+
+    from vrag_compress import VisualIndex
+
+    url = f"qdrant+local://{tmp_path / 'qd'}?collection=pages"
+    VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2", store=url).close()
+    script = (
+        "from vrag_compress import VisualIndex\n"
+        f"index = VisualIndex.open({str(tmp_path / 'idx')!r})\n"
+        "print(index.store.count())\n"  # never closed: left to the interpreter's exit
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
+    assert "Exception ignored" not in done.stderr and "Error" not in done.stderr, done.stderr

@@ -29,6 +29,7 @@ import dataclasses
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -153,6 +154,9 @@ class QdrantStore(MultiVectorStore):
         self.readonly = readonly
         self.options = options
         self._owns_client = owns_client
+        # a client left open is closed when the store is collected or, at the latest, at exit:
+        # qdrant-client's own __del__ runs too late there (local mode then fails importing)
+        self._closer = weakref.finalize(self, client.close) if owns_client else None
         self._meta = self._load_meta()
         self.dim = check_dim(self._meta["config"])
         self.candidate: str = self._meta["candidate"]
@@ -239,8 +243,8 @@ class QdrantStore(MultiVectorStore):
         return store
 
     def close(self) -> None:
-        if self.client is not None and self._owns_client:
-            self.client.close()
+        if self._closer is not None:
+            self._closer()  # closes an owned client once; a no-op after
         self.client = None
 
     @property
