@@ -83,6 +83,8 @@ class AnswerPage:
             source=hit.source,
             image_path=str(path) if path else None,
         )
+        if hit.query_ocr is not None:  # an image query whose words OCR read and searched
+            metadata["query_ocr"] = hit.query_ocr
         if hit.regions:  # where on the page the query matched (fractions of width and height)
             metadata["regions"] = [r.to_dict() for r in hit.regions]
         if with_score:

@@ -38,6 +38,11 @@ class CompressedColPaliRetriever(BaseRetriever):
     page text, "hybrid" fuses both (reciprocal rank fusion, or normalised scores weighted by
     `search_kwargs["alpha"]`, 0 text only .. 1 visual only; `search_kwargs["text_k"]` text
     candidates); text and hybrid documents carry `search_components` in their metadata.
+
+    `neighbours` N also returns, after each page, the N pages before and after it in its
+    document (each page once, in page order, metadata ``neighbour_of`` naming the page they came
+    with, no score): `create_visual_qa_chain` then shows the model a table that runs over a
+    page break whole, and cites whichever page the answer came from.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -51,6 +56,7 @@ class CompressedColPaliRetriever(BaseRetriever):
     search_mode: SearchMode = "auto"
     search_type: Literal["similarity", "hybrid", "text"] = "similarity"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    neighbours: int = Field(default=0, ge=0)
 
     @classmethod
     def from_path(
@@ -88,19 +94,30 @@ class CompressedColPaliRetriever(BaseRetriever):
             raise ValueError(
                 f"{sorted(options)} weigh hybrid search; set search_type='hybrid' to use them"
             )
-        hits = self.index.search(query, k=k, filter=filter, mode=mode, **options)
+        hits = self.index.search(
+            query, k=k, filter=filter, mode=mode, neighbours=self.neighbours, **options
+        )
         with_image = (
             self.include_image_base64 if include_image_base64 is None else (include_image_base64)
         )
-        return [
-            hit_to_document(
-                hit,
-                image_base64=with_image,
-                image_format=self.image_format,
-                image_max_side=self.image_max_side,
-            )
-            for hit in hits
-        ]
+        documents: list[Document] = []
+        seen: set[str] = set()
+        for hit in hits:
+            for page in hit.pages:  # the hit alone unless neighbours were asked for
+                if page.page_id in seen:
+                    continue
+                seen.add(page.page_id)
+                document = hit_to_document(
+                    page,
+                    with_score=page is hit,
+                    image_base64=with_image,
+                    image_format=self.image_format,
+                    image_max_side=self.image_max_side,
+                )
+                if page is not hit:
+                    document.metadata["neighbour_of"] = hit.page_id
+                documents.append(document)
+        return documents
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

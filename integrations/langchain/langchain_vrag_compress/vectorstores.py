@@ -331,6 +331,42 @@ class VragVectorStore(VectorStore):
         vectors = _unit_rows(embedding, "query embedding")
         return [doc for doc, _ in self._search_vectors(vectors, k, filter)]
 
+    def similarity_search_by_image(
+        self,
+        image: str | Path | Image.Image | bytes,
+        k: int = 5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """Entries most like a picture (a page, a photo of a form, a figure), best first.
+
+        A Col* index encodes the image as a page; a text-encoder index (minilm) reads its
+        words by OCR and searches them as text, and each document's metadata then holds those
+        words as ``query_ocr``. An image that is not one, is empty or is too large raises
+        `vrag_compress.ImageQueryError` (a ValueError) saying which."""
+        found = self.similarity_search_by_image_with_score(image, k, filter, **kwargs)
+        return [doc for doc, _ in found]
+
+    def similarity_search_by_image_with_score(
+        self,
+        image: str | Path | Image.Image | bytes,
+        k: int = 5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """`similarity_search_by_image` with each entry's MaxSim (or BM25) score."""
+        _reject_unknown("similarity_search_by_image", kwargs, "k and filter")
+        if self._embedding is not None:
+            raise VragStoreError(
+                f"this store embeds text with {embeddings_model_id(self._embedding)}, which "
+                "cannot read images; search by image on a store over a Col* or minilm index"
+            )
+        if self.index.store.count() == 0:
+            return []
+        mode: SearchMode = "auto" if self.search_mode in ("text", "hybrid") else self.search_mode
+        hits = self.index.search(image=image, k=k, filter=filter, mode=mode)
+        return [(self._document(h, with_score=False), h.score) for h in hits]
+
     def _similarity_search_with_relevance_scores(
         self, query: str, k: int = 5, **kwargs: Any
     ) -> list[tuple[Document, float]]:
