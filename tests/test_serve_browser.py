@@ -433,3 +433,36 @@ def test_search_with_an_image_finds_that_page_and_refuses_a_non_image(
     )
     assert "not an image" in browser.find_element(By.ID, "search-status").text
     assert not browser.find_elements(By.CSS_SELECTOR, "#results .card")
+
+
+@pytest.fixture(scope="module")
+def text_server(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An index built by the offline MiniLM text encoder: pages without patches."""
+    index_dir = tmp_path_factory.mktemp("browser-text") / "text.vrag"
+    with VisualIndex.create(index_dir, model="minilm") as index:
+        pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+        index.add([pdf], progress=False, ocr="never")
+    with serving(create_app(ServeConfig(index_dir, api_key=KEY, ocr="never"))) as url:
+        yield url
+
+
+@PHONE_AND_DESKTOP
+def test_a_text_index_viewer_marks_the_matched_words_and_no_markers(text_server, browser, width):
+    with viewport(browser, width):
+        browser.get(text_server + "/")
+        wait(browser, lambda d: "page" in d.find_element(By.ID, "index-info").text)
+        browser.find_element(By.ID, "q").send_keys("oral argument")
+        browser.find_element(By.ID, "search-button").click()
+        cards = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#results .card"))
+        cards[0].click()
+        viewer = browser.find_element(By.ID, "viewer")
+        wait(browser, lambda d: viewer.get_attribute("data-state") == "ready")
+        shot(browser, f"text-viewer-{width}")
+        marked = [m.text.lower() for m in browser.find_elements(By.CSS_SELECTOR, "#page-text mark")]
+        assert "oral" in marked and "argument" in marked
+        for toggle in ("toggle-heat", "toggle-overlay", "toggle-regions"):
+            assert not browser.find_element(By.ID, toggle).is_enabled()
+        terms = browser.find_element(By.ID, "token-list").text
+        assert terms and "[CLS]" not in terms and "[SEP]" not in terms
+        assert "reads page text" in browser.find_element(By.ID, "text-match-note").text
+        browser.find_element(By.ID, "viewer-close").click()

@@ -123,3 +123,53 @@ def test_an_index_on_a_local_qdrant_folder_exits_cleanly_unclosed(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
     assert "Exception ignored" not in done.stderr and "Error" not in done.stderr, done.stderr
+
+
+# ----------------------------------------------------------------- explanations, text encoder
+@pytest.fixture(scope="module")
+def text_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vrag_compress import VisualIndex
+
+    path = tmp_path_factory.mktemp("text") / "text.vrag"
+    with VisualIndex.create(path, model="minilm") as index:
+        pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
+        index.add([pdf], progress=False, ocr="never")
+    return path
+
+
+def test_special_tokens_are_flagged_not_terms() -> None:
+    import numpy as np
+
+    from vrag_compress.explain import explain_vectors
+
+    query = np.eye(3, 4, dtype=np.float32)
+    explained = explain_vectors(
+        query, np.eye(4, dtype=np.float32), labels=["[CLS]", "oral", "[SEP]"]
+    )
+    tokens = explained.to_dict()["tokens"]
+    assert [t["special"] for t in tokens] == [True, False, True]
+
+
+def test_show_query_on_a_text_index_fails_before_the_model_loads(
+    text_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_text_encoder_loads(monkeypatch)
+    result = run("show", text_index, "scotus-transcript-p1.pdf", 1, "--query", "oral argument")
+    assert result.exit_code == 1, result.output
+    assert "reads page text" in result.stderr and "--mode text" in result.stderr
+
+
+def test_rest_explain_on_a_text_index_names_the_matched_words(text_index: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from vrag_compress.serve import ServeConfig, create_app
+
+    config = ServeConfig(text_index, api_key="k", ocr="never")
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8000") as client:
+        hit = client.get("/api/search", params={"q": "oral argument zebra"}).json()["hits"][0]
+        url = f"/api/pages/{hit['page_id']}/explain"
+        body = client.get(url, params={"q": "oral argument zebra"}).json()
+    assert body["reads"] == "text" and body["grid"] is None
+    assert body["matched_words"] == ["oral", "argument"]
+    specials = [t["label"] for t in body["tokens"] if t["special"]]
+    assert specials == ["[CLS]", "[SEP]"]

@@ -11,6 +11,7 @@ a heatmap over the patch grid; the bounding boxes of its hottest connected areas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +24,20 @@ REGION_THRESHOLD = 0.5
 MAX_REGIONS = 3
 
 
+_SPECIAL_TOKEN = re.compile(r"\[[A-Z_]+\]|<\|?[^<>\s]*\|?>")
+"""A tokenizer's marker tokens as they print: BERT's ``[CLS]``/``[SEP]``/``[PAD]``, Qwen's and
+Gemma's ``<|endoftext|>``/``<pad>``/``<bos>``: they count in the score but are no query term."""
+
+
+def is_special_token(label: str | None) -> bool:
+    """Whether a query token's label is a tokenizer marker rather than a piece of the query."""
+    return label is not None and _SPECIAL_TOKEN.fullmatch(label.strip()) is not None
+
+
 @dataclass
 class TokenMatch:
-    """One query token: the stored vector it matched, its score share and the patches behind it."""
+    """One query token: the stored vector it matched, its score share and the patches behind it.
+    ``special``: a tokenizer marker (``[CLS]``, ``<|endoftext|>``), which is not a query term."""
 
     token: int
     label: str | None
@@ -33,10 +45,15 @@ class TokenMatch:
     contribution: float
     patches: list[int]
 
+    @property
+    def special(self) -> bool:
+        return is_special_token(self.label)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "token": self.token,
             "label": self.label,
+            "special": self.special,
             "vector": self.vector,
             "contribution": round(self.contribution, 6),
             "patches": self.patches,

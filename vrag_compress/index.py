@@ -909,7 +909,7 @@ class VisualIndex:
         extra = check_user_metadata(metadata or {})  # before any page is rendered
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
         page_ocr.prepare()  # `always` without an OCR engine fails here, before any work
-        if self._reads_page_text():
+        if self.reads_page_text:
             page_ocr.check_text_sources(items, self.model_id)  # scans need OCR: say so now
         if ray is not None and ray is not False:
             from vrag_compress.distributed import RayOptions, add_on_ray
@@ -923,8 +923,10 @@ class VisualIndex:
             )
         return self._indexer().add(items, extra, progress=progress, page_ocr=page_ocr)
 
-    def _reads_page_text(self) -> bool:
-        """Whether the encoder reads page text (MiniLM), known without loading it."""
+    @property
+    def reads_page_text(self) -> bool:
+        """Whether the encoder reads page text (MiniLM) rather than page images, known without
+        loading it: such an index has no patches to draw a heatmap on."""
         if self._encoder is not None:
             return isinstance(self._encoder, ReadsPageText)
         return is_text_model(self.model_id)

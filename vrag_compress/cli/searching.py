@@ -247,6 +247,13 @@ def show(
     )
 
     with open_index(index_dir, readonly=True) as vindex:
+        if query and vindex.reads_page_text:  # before the model loads: nothing to draw on
+            fail(
+                f"{index_dir} uses the text encoder {vindex.model_id}, which reads page text, so "
+                "its pages have no patches to draw a heatmap on. Drop --query to write the page "
+                f"image, or see the words that matched with `vrag search {index_dir} QUERY "
+                "--mode text` (or the web viewer, which highlights them)"
+            )
         doc_id = find_document(vindex, document)
         summary: dict[str, Any] = {"out": str(out_path), "doc_id": doc_id, "page_no": page}
         try:

@@ -16,6 +16,7 @@ from vrag_compress.ingest import IngestError
 from vrag_compress.serve.deps import READS, ApiError, server_of
 from vrag_compress.serve.guards import public_path
 from vrag_compress.serve.server import Server
+from vrag_compress.snippets import matched_words
 from vrag_compress.store import StoreError
 from vrag_compress.store.user_input import show
 from vrag_compress.store.validate import check_id
@@ -106,6 +107,9 @@ def page_explain(
         return Response(buffer.getvalue(), media_type="image/png")
     body = explanation.to_dict()
     body["overlay"] = _overlay(layout)
+    # a text encoder's page has no patches: the viewer highlights the words that matched instead
+    body["reads"] = "text" if server.reader.reads_page_text else "image"
+    body["matched_words"] = matched_words(hit.text, q)
     return body
 
 

@@ -185,6 +185,8 @@ async function openViewer(pageId, title, snippet, focusRegion) {
   $("viewer-score").textContent = "";
   state.explanation = null;
   state.regions = focusRegion ? [focusRegion] : [];
+  enableDrawing(true);
+  if ($("text-match-note")) $("text-match-note").remove();
   const img = $("page-image");
   try {
     await loadImage(img, pageUrl(pageId, "image"));
@@ -193,6 +195,7 @@ async function openViewer(pageId, title, snippet, focusRegion) {
         encodeURIComponent(state.query)));
       if (!focusRegion) state.regions = state.explanation.regions;
       showTokens(state.explanation);
+      if (!state.explanation.grid) showMatchedWords(state.explanation, snippet || "");
     }
   } catch (error) {
     $("viewer-score").textContent = error.message;
@@ -202,16 +205,59 @@ async function openViewer(pageId, title, snippet, focusRegion) {
 }
 
 function showTokens(explanation) {
+  // tokenizer markers ([CLS], <|endoftext|>) count in the score but are no query term
+  const markers = explanation.tokens.filter((t) => t.special).length;
   $("viewer-score").textContent = "score " + explanation.score.toFixed(3) + " = sum of " +
     explanation.tokens.length + " query-token contributions" +
-    (explanation.layout ? "" : " (no patch layout stored for this page)");
+    (markers ? " (" + markers + " of them tokenizer markers, not listed)" : "") +
+    (explanation.layout || explanation.reads === "text" ? "" :
+      " (no patch layout stored for this page)");
   const list = $("token-list");
-  const tokens = explanation.tokens.slice().sort((a, b) => b.contribution - a.contribution);
+  const tokens = explanation.tokens.filter((t) => !t.special)
+    .sort((a, b) => b.contribution - a.contribution);
   for (const token of tokens.slice(0, 40)) {
     const label = token.label === null ? "#" + token.token : JSON.stringify(token.label);
     list.appendChild(el("li", { text: label + " \u2192 vector " + token.vector + ": " +
       token.contribution.toFixed(3) + " (" + token.patches.length + " patches)" }));
   }
+}
+
+// Heatmap, compression overlay and regions need a patch grid; a text encoder's pages (and pages
+// stored without a layout) have none, so their toggles are switched off and say why.
+function enableDrawing(on, why) {
+  for (const id of ["toggle-heat", "toggle-overlay", "toggle-regions"]) {
+    $(id).disabled = !on;
+    $(id).parentElement.title = on ? "" : why;
+  }
+  $("legend").hidden = !on;
+}
+
+// A text encoder matched the page's words: show them marked in the page text instead.
+function showMatchedWords(explanation, text) {
+  const words = explanation.matched_words || [];
+  enableDrawing(false, explanation.reads === "text" ?
+    "this index's encoder reads page text, not the image: it has no patches to draw" :
+    "no patch layout is stored for this page");
+  const note = explanation.reads === "text" ?
+    "This index's encoder reads page text: " + (words.length ?
+      "the words that matched are marked in the text below." :
+      "none of the query's words appear in the text below as written.") :
+    "No patch layout is stored for this page.";
+  $("token-list").before(el("p", { text: note, className: "muted", id: "text-match-note" }));
+  const target = $("page-text");
+  target.replaceChildren();
+  const pattern = words.length ? new RegExp("\\b(" + words.map(escapeRegExp).join("|") + ")\\b",
+    "gi") : null;
+  let last = 0;
+  for (const match of pattern ? text.matchAll(pattern) : []) {
+    target.append(text.slice(last, match.index), el("mark", { text: match[0] }));
+    last = match.index + match[0].length;
+  }
+  target.append(text.slice(last));
+}
+
+function escapeRegExp(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
 const RAMP = [[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]];
