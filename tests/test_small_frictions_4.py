@@ -161,13 +161,13 @@ def test_unsupported_files_in_a_folder_are_counted_by_kind(tmp_path: Path, one_p
     docs = tmp_path / "docs"
     docs.mkdir()
     shutil.copy(one_pdf, docs / "one.pdf")
-    for name in ("a.docx", "b.DOCX", "notes.txt", "README", ".hidden.txt"):
+    for name in ("a.epub", "b.EPUB", "notes.txt", "README", ".hidden.txt"):
         (docs / name).write_text("not a page")
     result = run("index", docs, "--index", tmp_path / "idx", *TINY)
     assert result.exit_code == 0, result.output
     output = _words(result.stdout)
-    assert "skipped 4 unsupported files in the folders (2 .docx, 1 (no suffix), 1 .txt)" in output
+    assert "skipped 4 unsupported files in the folders (2 .epub, 1 (no suffix), 1 .txt)" in output
     again = run("index", docs, "--index", tmp_path / "idx", "--json")
     report = json.loads(again.stdout)
-    assert report["unsupported_files"] == {".docx": 2, ".txt": 1, "(no suffix)": 1}
+    assert report["unsupported_files"] == {".epub": 2, ".txt": 1, "(no suffix)": 1}
     assert report["documents_skipped"] and "failures" in report  # the existing keys stay

@@ -2,8 +2,9 @@
 
 `documents` validates, walks and renders files one page at a time (the names below come from it,
 the render defaults from `defaults`); `pdf_guard` refuses decompression bombs before a PDF page
-loads; `ocr` reads the text of pages without a text layer; `page_assets` stores page images and
-patch layouts in the index.
+loads; `office` converts Word, slide and spreadsheet files to PDF with LibreOffice; `ocr` reads
+the text of pages without a text layer; `page_assets` stores page images and patch layouts in the
+index.
 """
 
 from vrag_compress.defaults import DEFAULT_DPI, DEFAULT_RENDERER, RENDERERS
@@ -15,6 +16,7 @@ from vrag_compress.ingest.documents import (
     IMAGE_SUFFIXES,
     MAX_ASPECT_RATIO,
     MEMORY_LIMIT_ENV,
+    OFFICE_SUFFIXES,
     PDF_SUFFIXES,
     STREAM_SHARE,
     SUPPORTED_SUFFIXES,
@@ -26,6 +28,8 @@ from vrag_compress.ingest.documents import (
     ImageDocument,
     ImageTooLargeError,
     IngestError,
+    OfficeConversionError,
+    OfficeUnavailableError,
     Page,
     PageMemoryError,
     PageShapeError,
@@ -61,6 +65,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "MAX_ASPECT_RATIO",
     "MEMORY_LIMIT_ENV",
+    "OFFICE_SUFFIXES",
     "PDF_SUFFIXES",
     "RENDERERS",
     "STREAM_SHARE",
@@ -73,6 +78,8 @@ __all__ = [
     "ImageDocument",
     "ImageTooLargeError",
     "IngestError",
+    "OfficeConversionError",
+    "OfficeUnavailableError",
     "Page",
     "PageMemoryError",
     "PageShapeError",

@@ -3,7 +3,8 @@
 The first pipeline stage. It validates every input up front so that a bad file fails here, with one
 typed :class:`IngestError` naming the file, the reason and the fix, instead of deep inside a model.
 PDFs are rendered lazily page by page (a 1,000-page PDF never sits in memory), with ``pypdfium2`` by
-default or ``pdf2image`` (poppler) on request; images are opened lazily and converted to RGB.
+default or ``pdf2image`` (poppler) on request; images are opened lazily and converted to RGB; Office
+files are converted to PDF by LibreOffice (`office`) and then rendered as PDFs.
 
 Hostile input is refused per page with a reason instead of taking the machine down: a page whose
 streams decode to more than a share of the page memory limit (a "decompression bomb") is not
@@ -34,13 +35,16 @@ import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vrag_compress.defaults import DEFAULT_DPI, DEFAULT_RENDERER, RENDERERS
+from vrag_compress.ingest import office
 from vrag_compress.ingest.pdf_guard import PageBytes
 
 log = logging.getLogger(__name__)
 
 PDF_SUFFIXES = frozenset({".pdf"})
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"})
-SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
+# Word, slide and spreadsheet files: LibreOffice converts them to PDF first (`office`).
+OFFICE_SUFFIXES = office.OFFICE_SUFFIXES
+SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES | OFFICE_SUFFIXES
 # Pillow's own decompression-bomb warning threshold (about 9,459 x 9,459 pixels, ~270 MB as RGB).
 DEFAULT_MAX_PIXELS = 89_478_485
 DOC_ID_LENGTH = 16
@@ -119,6 +123,19 @@ class UnsupportedFileError(IngestError):
     """Not a PDF or a supported image (by suffix and by content)."""
 
     fix = f"supported files: {_SUPPORTED_TEXT}"
+
+
+class OfficeConversionError(IngestError):
+    """An Office file LibreOffice cannot turn into a PDF within the caps (damaged,
+    password-protected, a zip bomb, too many pages, too slow)."""
+
+    fix = "open it in its application and save a fresh copy, or export a PDF"
+
+
+class OfficeUnavailableError(OfficeConversionError):
+    """An Office file on a machine without LibreOffice."""
+
+    fix = office.INSTALL_HINT
 
 
 class ImageTooLargeError(IngestError):
@@ -350,9 +367,12 @@ class PdfDocument(Document):
         content_hash: str,
         pdf: pdfium.PdfDocument,
         render: RenderOptions,
+        pdf_path: Path | None = None,
     ) -> None:
         super().__init__(source, doc_id, content_hash, len(pdf))
         self._pdf = pdf
+        # the PDF file read: ``source`` itself, or the PDF an Office file was converted to
+        self.pdf_path = pdf_path or source
         self.title = document_title(source, _metadata_title(pdf))
         self.dpi = render.dpi
         self.renderer = render.renderer
@@ -394,7 +414,7 @@ class PdfDocument(Document):
             raise CorruptPDFError(self.source, f"page {page_no} cannot be loaded ({exc})") from exc
         _check_aspect(self.source, page_no, width, height, "pt")
         if self._page_bytes is None:
-            self._page_bytes = PageBytes(self.source, self._password)
+            self._page_bytes = PageBytes(self.pdf_path, self._password)
         budget = self.memory_limit // STREAM_SHARE
         decoded = self._page_bytes.decoded_bytes(page_no, budget)
         if decoded is not None and decoded > budget:
@@ -427,7 +447,7 @@ class PdfDocument(Document):
 
     def _rasterise(self, page: pdfium.PdfPage, page_no: int, scale: float) -> Image.Image:
         if self.renderer == "pdf2image":
-            return _render_poppler(self.source, page_no, scale * 72, self._password)
+            return _render_poppler(self.pdf_path, page_no, scale * 72, self._password)
         image = page.render(scale=scale, may_draw_forms=True).to_pil()
         return image if image.mode == "RGB" else image.convert("RGB")
 
@@ -582,7 +602,9 @@ def open_document(
     render: RenderOptions | None = None,
     **settings: Any,
 ) -> Document:
-    """Open and validate one PDF or image; raises an :class:`IngestError` subclass on bad input.
+    """Open and validate one PDF, image or Office file; raises an :class:`IngestError` subclass
+    on bad input. LibreOffice converts an Office file to a PDF first (cached, see `office`): its
+    pages are that PDF's, named after the original file.
 
     ``doc_id`` defaults to the first 16 hex digits of the content hash, so the same bytes get the
     same id anywhere. ``render`` (a :class:`RenderOptions`) or its fields as keyword arguments
@@ -597,12 +619,29 @@ def open_document(
     _check_suffix(path)
     digest = content_hash(path)
     doc_id = doc_id or digest[:DOC_ID_LENGTH]
+    if path.suffix.lower() in OFFICE_SUFFIXES:
+        pdf_path = _office_pdf(path, digest)
+        if render.renderer == "pdf2image":
+            _require_poppler(path)
+        return PdfDocument(path, doc_id, digest, _load_pdf(pdf_path, None), render, pdf_path)
     if path.suffix.lower() in PDF_SUFFIXES:
         if render.renderer == "pdf2image":
             _require_poppler(path)
         return PdfDocument(path, doc_id, digest, _load_pdf(path, render.password), render)
     image = _open_image(path, render.max_pixels)
     return ImageDocument(path, doc_id, digest, image, render.max_pixels, render.page_memory())
+
+
+def _office_pdf(path: Path, digest: str) -> Path:
+    """The PDF LibreOffice makes of an Office file (cached by ``digest``), errors typed."""
+    try:
+        return office.to_pdf(path, digest)
+    except office.LibreOfficeMissingError as exc:
+        # the install line goes in the reason: indexing reports list reasons only
+        reason = f"{exc.reason}; {exc.fix}"
+        raise OfficeUnavailableError(path, reason, "then run the command again") from exc
+    except office.ConversionError as exc:
+        raise OfficeConversionError(path, exc.reason, exc.fix) from exc
 
 
 def iter_pages(
