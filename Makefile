@@ -9,7 +9,7 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast lint typecheck system-deps system-deps-test
+.PHONY: install demo test test-fast lint typecheck system-deps system-deps-test system-deps-office
 
 # Debian packages the demo needs (tools/system-packages.txt: poppler-utils, libgl1, libglib2.0-0)
 # and, for the tests only, a headless browser (tools/system-packages-test.txt: chromium,
@@ -20,6 +20,11 @@ system-deps:
 
 system-deps-test:
 	$(PYTHON) tools/system_deps.py --tests
+
+# LibreOffice without its GUI (tools/system-packages-office.txt), which turns Office files into
+# pages: `make test` installs it, `make demo` does not need it.
+system-deps-office:
+	$(PYTHON) tools/system_deps.py --office
 
 install: system-deps $(VENV)/.installed
 
@@ -57,7 +62,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # The CI command: lint, type check, then every test (the slow end-to-end ones included).
-test: system-deps-test lint typecheck
+test: system-deps-test system-deps-office lint typecheck
 	$(BIN)/python -m pytest -q
 
 # The quick loop while changing code: lint, then the suite without the tests marked `slow`.

@@ -8,6 +8,7 @@ otherwise (or without apt-get) it prints exactly what to install and exits 1.
     python3 tools/system_deps.py --dry-run    # print the commands instead of running them
     python3 tools/system_deps.py --list FILE  # another package list (same format; repeatable)
     python3 tools/system_deps.py --tests      # the demo's packages and the tests' (a browser)
+    python3 tools/system_deps.py --office     # LibreOffice, which reads Office files
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 DEFAULT_LIST = Path(__file__).with_name("system-packages.txt")
 TEST_LIST = Path(__file__).with_name("system-packages-test.txt")
+OFFICE_LIST = Path(__file__).with_name("system-packages-office.txt")
 LIB_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib")
 
 
@@ -113,9 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tests", action="store_true", help=f"also {TEST_LIST.name} (what `make test` needs)"
     )
+    parser.add_argument(
+        "--office", action="store_true", help=f"only {OFFICE_LIST.name} (reading Office files)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print, do not install")
     args = parser.parse_args(argv)
     lists = (args.list or [DEFAULT_LIST]) + ([TEST_LIST] if args.tests else [])
+    if args.office:
+        lists = [OFFICE_LIST]
     try:
         requirements = [r for path in lists for r in read_list(path)]
     except (OSError, ListError) as error:
