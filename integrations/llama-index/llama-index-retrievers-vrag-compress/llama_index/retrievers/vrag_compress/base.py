@@ -17,7 +17,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQueryMode
-from vrag_compress import Encoder, VisualIndex
+from vrag_compress import Encoder, Hit, VisualIndex
 
 from llama_index.vector_stores.vrag_compress import VragVectorStore
 from llama_index.vector_stores.vrag_compress.base import search_options
@@ -41,6 +41,14 @@ class CompressedColPaliRetriever(BaseRetriever):
             or "hybrid" (both fused: reciprocal rank fusion, or `alpha`-weighted scores).
         alpha: hybrid weight, 0 text only .. 1 visual only; None for reciprocal rank fusion.
         sparse_top_k: text candidates a hybrid search fuses (default max(k, 50)).
+        neighbours: also return, after each page, the N pages before and after it in its
+            document (each page once, in page order, score None, metadata ``neighbour_of``
+            naming the page they came with), so a query engine shows the model a table that
+            runs over a page break whole and its source nodes include the page cited.
+
+    A `QueryBundle` with `image_path` searches with that picture instead of the words: a Col*
+    index encodes it as a page; a text-encoder index (minilm) reads its words by OCR and each
+    node's metadata then holds them as ``query_ocr``. The words still go to the LLM.
     """
 
     def __init__(
@@ -54,6 +62,7 @@ class CompressedColPaliRetriever(BaseRetriever):
         vector_store_query_mode: VectorStoreQueryMode | str = VectorStoreQueryMode.DEFAULT,
         alpha: float | None = None,
         sparse_top_k: int | None = None,
+        neighbours: int = 0,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -74,6 +83,9 @@ class CompressedColPaliRetriever(BaseRetriever):
         else:
             self._index = VisualIndex.open(index, encoder=encoder, readonly=True)
         self.similarity_top_k = similarity_top_k
+        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
+            raise ValueError(f"neighbours must be a whole number >= 0, got {neighbours!r}")
+        self.neighbours = neighbours
         self._filter = to_store_filter(filters)
         self.image_mode = check_image_mode(image_mode)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -98,7 +110,8 @@ class CompressedColPaliRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
-        if not query or not query.strip():
+        image = query_bundle.image_path
+        if not image and (not query or not query.strip()):
             raise ValueError("the query is empty; pass the question text to retrieve()")
         options = search_options(
             self.vector_store_query_mode,
@@ -106,8 +119,32 @@ class CompressedColPaliRetriever(BaseRetriever):
             alpha=self.alpha,
             sparse_top_k=self.sparse_top_k,
         )
-        hits = self._index.search(query, filter=self._filter, **options)
-        return [NodeWithScore(node=hit_to_node(h, self.image_mode), score=h.score) for h in hits]
+        if image:
+            hits = self._index.search(
+                image=image, filter=self._filter, neighbours=self.neighbours, **options
+            )
+        else:
+            hits = self._index.search(
+                query, filter=self._filter, neighbours=self.neighbours, **options
+            )
+        return self._nodes(hits)
+
+    def _nodes(self, hits: list[Hit]) -> list[NodeWithScore]:
+        """Each hit as a scored node, followed by its unseen neighbours (score None)."""
+        nodes: list[NodeWithScore] = []
+        seen: set[str] = set()
+        for hit in hits:
+            for page in hit.pages:  # the hit alone unless neighbours were asked for
+                if page.page_id in seen:
+                    continue
+                seen.add(page.page_id)
+                node = hit_to_node(page, self.image_mode)
+                if hit.query_ocr is not None:
+                    node.metadata["query_ocr"] = hit.query_ocr
+                if page is not hit:
+                    node.metadata["neighbour_of"] = hit.page_id
+                nodes.append(NodeWithScore(node=node, score=hit.score if page is hit else None))
+        return nodes
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         """Runs the (CPU/GPU-bound) search in a worker thread so the event loop stays free."""
