@@ -46,7 +46,7 @@ for _verb in (
 ):
     app.command()(_verb)
 
-from vrag_compress.cli import migrate, onnx, serve  # noqa: E402, F401  (listed after the verbs)
+from vrag_compress.cli import mcp, migrate, onnx, serve  # noqa: E402, F401  (listed after the verbs)
 
 
 def main() -> None:
