@@ -17,7 +17,8 @@ PathInput = str | Path
 
 
 class PDFPageLoader(BaseLoader):
-    """Loads PDFs, images or folders of them page by page.
+    """Loads PDFs, images, Office files (LibreOffice converts them) or folders of them page by
+    page.
 
     `page_content` is the page's text layer ("" for scans and images). Metadata: `source`,
     `filename`, `page` (1-based, like the rest of vrag_compress), `total_pages`, `doc_id` (content

@@ -31,7 +31,8 @@ PATH_KEYS = ("file_path", "source")
 
 
 class PDFPageReader(BaseReader):
-    """PDFs and page images to one `Document` per file, keyed by content hash.
+    """PDFs, Office files (LibreOffice converts them) and page images to one `Document` per
+    file, keyed by content hash.
 
     Bad files raise `vrag_compress.ingest.IngestError` subclasses that name the file and the fix.
     Use with `SimpleDirectoryReader(file_extractor={".pdf": PDFPageReader()})` or directly.

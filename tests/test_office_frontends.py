@@ -1,0 +1,79 @@
+"""An Office file through every way in: a `vrag serve` upload, the LangChain loader, the
+LlamaIndex reader and `VisualIndex.add(ray=...)`. One deck, converted once into a module cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_office import FILLER, SLIDES, needs_soffice, write_pptx
+from vrag_compress import VisualIndex
+from vrag_compress.ingest import office
+
+pytestmark = [pytest.mark.slow, needs_soffice]
+
+
+@pytest.fixture(scope="module")
+def deck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    cache = tmp_path_factory.mktemp("office-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(office.CACHE_ENV, str(cache))
+        yield write_pptx(tmp_path_factory.mktemp("deck") / "deck.pptx", SLIDES)
+
+
+def test_langchain_loader_reads_slides_as_pages(deck: Path) -> None:
+    from langchain_vrag_compress import PDFPageLoader
+
+    documents = list(PDFPageLoader(deck, dpi=30).lazy_load())
+    assert [d.metadata["page_no"] for d in documents] == [1, 2, 3]
+    assert all(d.metadata["filename"] == "deck.pptx" for d in documents)
+    assert "ocelot" in documents[1].page_content and FILLER in documents[0].page_content
+
+
+def test_llamaindex_reader_reads_a_deck(deck: Path) -> None:
+    from llama_index.readers.vrag_compress import PDFPageReader
+
+    [document] = PDFPageReader().load_data(deck)
+    assert document.metadata["file_name"] == "deck.pptx" and document.metadata["n_pages"] == 3
+
+
+def test_a_served_upload_of_a_deck_is_searchable(deck: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vrag_compress.serve import ServeConfig, create_app
+
+    index = tmp_path / "served.vrag"
+    VisualIndex.create(index, model="minilm").close()
+    config = ServeConfig(index, api_key="k", ocr="never")
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8000") as client:
+        posted = client.post(
+            "/api/documents",
+            files={"file": ("deck.pptx", deck.read_bytes())},
+            headers={"Authorization": "Bearer k"},
+        )
+        assert posted.status_code == 202, posted.text
+        job = posted.json()["job"]
+        deadline = time.monotonic() + 300
+        while (status := client.get(f"/api/jobs/{job}").json())["state"] not in ("done", "failed"):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.2)
+        assert status["state"] == "done" and status["pages_total"] == 3, status
+        hits = client.get("/api/search", params={"q": "ocelot rhubarb", "k": 1}).json()["hits"]
+        assert hits[0]["page_no"] == 2 and hits[0]["source"].endswith("deck.pptx"), hits
+
+
+def test_ray_workers_render_a_deck(deck: Path, tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+
+    try:
+        with VisualIndex.create(tmp_path / "idx", model="minilm") as index:
+            report = index.add([deck], progress=False, ray="local", ocr="never")
+            assert report.pages_indexed == 3 and not report.failures, report.to_dict()
+            hit = index.search("ocelot rhubarb", k=1)[0]
+            assert hit.page_no == 2 and Path(hit.source).name == "deck.pptx"
+    finally:
+        ray.shutdown()
