@@ -123,6 +123,33 @@ def test_get_page_returns_the_image_its_text_and_where_a_query_matched(served):
     assert not by_id.is_error and json.loads(by_id.content[1].text)["regions"] == []
 
 
+def test_search_with_an_image_finds_the_page_it_shows(served, index_dir):
+    """A page's picture as the query: on this text-encoder index its words are read by OCR."""
+    with VisualIndex.open(index_dir, readonly=True) as index:
+        (court,) = [d for d in index.documents() if d.n_pages == 1]
+        picture = index.page_image(court.doc_id, 1)
+    buffer = io.BytesIO()
+    picture.save(buffer, "PNG")
+    data = base64.b64encode(buffer.getvalue()).decode()
+
+    async def calls() -> Any:
+        async with Client(served) as client:
+            found = await client.call_tool("search", {"image": data, "k": 1})
+            junk = base64.b64encode(b"not a picture").decode()
+            not_image = await client.call_tool("search", {"image": junk})
+            not_base64 = await client.call_tool("search", {"image": "%%%"})
+            both = await client.call_tool("search", {"image": data, "query": "court"})
+            return found, not_image, not_base64, both
+
+    found, not_image, not_base64, both = run(calls())
+    assert not found.is_error, found.content
+    answer = found.structured_content
+    assert answer["image_query"]["read_by"] == "ocr" and answer["hits"][0]["doc_id"] == court.doc_id
+    assert "image" in not_image.content[0].text and not_image.is_error
+    assert not_base64.is_error and "not base64" in not_base64.content[0].text
+    assert both.is_error and "not both" in both.content[0].text
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "words"),
     [

@@ -13,6 +13,8 @@ The SDK (``mcp``) is imported here only; `vrag mcp` imports this module when it 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import json
 import logging
@@ -89,6 +91,15 @@ EXPECTED = (
 T = TypeVar("T")
 
 
+def image_bytes(data: str) -> bytes:
+    """A query image sent as base64 text (a ``data:`` URL's prefix is allowed)."""
+    text = data.partition(",")[2] if data.startswith("data:") else data
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise ToolError(f"image: not base64-encoded image bytes ({error})") from error
+
+
 def page_uri(doc_id: str, page_no: int) -> str:
     """The resource URI of one stored page's image."""
     return PAGE_URI.format(document=quote(doc_id, safe=""), page=page_no)
@@ -121,25 +132,41 @@ class IndexTools:
             raise ToolError(hide_root(text, self.root)) from error
 
     def search(
-        self, query: str, k: int = 5, mode: str = "auto", filter: dict[str, Any] | None = None
+        self,
+        query: str | None = None,
+        k: int = 5,
+        mode: str = "auto",
+        filter: dict[str, Any] | None = None,
+        image: str | None = None,
     ) -> dict[str, Any]:
-        """Top-k pages, each a REST hit with its snippet and image URI (no full text)."""
-        if not query.strip():
+        """Top-k pages for words or a base64 image, each a REST hit with its snippet and image
+        URI (no full text); an image search reports how the image was read."""
+        if image is not None and query is not None:
+            raise ToolError("give either a query or an image to search with, not both")
+        if image is None and (query is None or not query.strip()):
             raise ToolError(f"query: {EMPTY_QUERY}")
         if not 1 <= k <= MAX_K:
             raise ToolError(f"k must be between 1 and {MAX_K}, got {k}")
         if mode not in SEARCH_MODES:
             raise ToolError(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         where = self.guarded(lambda: parse_user_filter(filter))
-        found = self.guarded(
-            lambda: self.index.search(query, k=k, filter=where, mode=cast(SearchMode, mode))
-        )
-        return {"query": query, "hits": [self.hit_json(h, query) for h in found]}
+        how = cast(SearchMode, mode)
+        if image is None:
+            found = self.guarded(lambda: self.index.search(query, k=k, filter=where, mode=how))
+            return {"query": query, "hits": [self.hit_json(h, query or "") for h in found]}
+        read = self.guarded(lambda: self.index.read_image(image_bytes(image)))
+        found = self.guarded(lambda: self.index.search(image=read, k=k, filter=where, mode=how))
+        return {
+            "query": None,
+            "image_query": read.to_dict(),
+            "hits": [self.hit_json(h, read.text or "") for h in found],
+        }
 
-    def hit_json(self, hit: Hit, query: str) -> dict[str, Any]:
+    def hit_json(self, hit: Hit, words: str) -> dict[str, Any]:
         out = public_hit(hit.to_dict(), self.root)
         out.pop("text", None)  # `get_page` gives the whole text; a hit carries its snippet
-        out["snippet"] = snippet(hit.text, query, width=SNIPPET_CHARS)
+        out["context"] = [public_hit(c, self.root) for c in out.get("context") or []]
+        out["snippet"] = snippet(hit.text, words, width=SNIPPET_CHARS)
         out["uri"] = page_uri(hit.doc_id, hit.page_no)
         return out
 
@@ -233,16 +260,22 @@ def build_server(index: VisualIndex) -> MCPServer:
 
     @server.tool(name="search")
     def search_tool(
-        query: str, k: int = 5, mode: str = "auto", filter: dict[str, Any] | None = None
+        query: str | None = None,
+        k: int = 5,
+        mode: str = "auto",
+        filter: dict[str, Any] | None = None,
+        image: str | None = None,
     ) -> dict[str, Any]:
-        """Find the k pages that best answer a question or match keywords.
+        """Find the k pages that best answer a question or match keywords, or that look like an
+        image (image: the PNG, JPEG or WebP file as base64, instead of a query).
 
         mode: auto, exact or two_stage (late interaction over the page images); text (BM25 over
         the page text); hybrid (both, fused). filter: metadata to match, e.g. {"team": "law"} or
         {"year": {"$gte": 2020}}. Each hit has doc_id, page_no, score, a snippet of the page
         text, the regions of the page that matched (fractions of its width and height) and the
-        uri of its image (read it as a resource, or call get_page)."""
-        return tools.search(query, k=k, mode=mode, filter=filter)
+        uri of its image (read it as a resource, or call get_page). An image is searched as a
+        page, or on an index of page text by the words OCR reads in it (image_query says which)."""
+        return tools.search(query, k=k, mode=mode, filter=filter, image=image)
 
     @server.tool(name="get_page")
     def get_page_tool(
