@@ -49,6 +49,7 @@ from vrag_compress.ingest import page_id as default_page_id
 from vrag_compress.ingest.ocr import PageOcr
 from vrag_compress.ingest.page_assets import PageAssets
 from vrag_compress.microbatch import MicroBatcher
+from vrag_compress.scoring import maxsim
 from vrag_compress.store import (
     DocumentRecord,
     MultiVectorStore,
@@ -709,6 +710,48 @@ class VisualIndex:
             doc_id=record.doc_id,
             page_no=record.page_no,
         )
+
+    def score_pages(self, query: str | np.ndarray, pages: Sequence[str | Page]) -> list[float]:
+        """MaxSim of ``query`` against each page, in order: for reranking another retriever's
+        hits. A page id scores the page's stored compressed vectors (no model runs for it); a
+        `Page` (rendered by the caller, e.g. `open_document(path).page(n)`) is encoded and
+        compressed here with the index's encoder and compressor, as `add` would store it, and
+        is not stored. A page with nothing to encode (no text for a text encoder) scores 0.
+
+        An unknown page id raises `KeyError` naming it; an empty query `ValueError`."""
+        if isinstance(query, str) and not query.strip():
+            raise ValueError("empty query: give the words or question to search for")
+        pages = list(pages)
+        ids = [p for p in pages if isinstance(p, str)]
+        records = {r.page_id: r for r in self.store.get(ids, missing="skip")}
+        unknown = [i for i in ids if i not in records]
+        if unknown:
+            shown = ", ".join(repr(i) for i in unknown[:5])
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            raise KeyError(f"no page {shown}{more} in {self.path}; pass it as a rendered Page")
+        found = self._encode_many([query])[0]
+        if isinstance(found, BaseException):
+            raise found
+        vectors = found[0]
+        fresh = self._page_vectors([p for p in pages if not isinstance(p, str)])
+        return [
+            maxsim(vectors, records[p].vectors if isinstance(p, str) else next(fresh))
+            for p in pages
+        ]
+
+    def _page_vectors(self, pages: list[Page]) -> Iterator[np.ndarray]:
+        """The compressed vectors `add` would store for each page (empty for a page without
+        tokens), encoded in batches of `batch_size`."""
+        indexer = self._indexer()
+        for start in range(0, len(pages), self.batch_size):
+            chunk = pages[start : start + self.batch_size]
+            encodings, compressed = indexer.encode(chunk)
+            packed = iter(compressed)
+            for encoding in encodings:
+                if encoding.n_tokens == 0:
+                    yield np.zeros((0, self.config.dim), dtype=np.float32)
+                else:
+                    yield next(packed).vectors
 
     def get(self, page_ids: Sequence[str]) -> list[Hit]:
         """Stored pages by id, in the order asked; unknown ids are left out. Scores are NaN."""

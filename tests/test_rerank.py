@@ -1,0 +1,64 @@
+"""`VisualIndex.score_pages`: MaxSim of a query against given pages, the core of the LlamaIndex
+and LangChain rerankers (stored pages by their stored vectors, others encoded on the fly), and
+`vrag bench rerank` (BM25 top-n reranked by it, on a Cranfield slice)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vrag_compress import Page, VisualIndex, get_compressor
+from vrag_compress.testing import WordEncoder
+
+TEXTS = [
+    "annual budget revenue forecast",
+    "court ruling appeal judge",
+    "storm weather forecast rain",
+    "engine maintenance aviation notice",
+]
+
+
+@pytest.fixture
+def word_index(tmp_path: Path):
+    encoder = WordEncoder()
+    compressor = get_compressor("sap", ratio=0.5, layers=[0, 1])
+    index = VisualIndex.create(tmp_path / "w.vrag", encoder=encoder, compressor=compressor)
+    pages = [
+        Page("doc", n, encoder.page_image(text), text, tmp_path / "doc.pdf")
+        for n, text in enumerate(TEXTS, start=1)
+    ]
+    index.add(pages, progress=False, ocr="never")
+    yield index, encoder
+    index.close()
+
+
+def test_stored_pages_score_as_exact_search_does(word_index):
+    index, _ = word_index
+    hits = index.search("weather forecast", k=4, mode="exact")
+    scores = index.score_pages("weather forecast", [h.page_id for h in reversed(hits)])
+    assert scores == pytest.approx([h.score for h in reversed(hits)], abs=1e-3)
+    assert hits[0].page_no == 3
+
+
+def test_a_page_outside_the_index_is_encoded_and_compressed_as_add_would(word_index, tmp_path):
+    index, encoder = word_index
+    stored = index.score_pages("court judge appeal", ["doc:2"])
+    fresh = Page("other", 1, encoder.page_image(TEXTS[1]), TEXTS[1], tmp_path / "o.pdf")
+    before = index.store.count()
+    mixed = index.score_pages("court judge appeal", [fresh, "doc:1", "doc:2"])
+    assert mixed[0] == pytest.approx(stored[0], abs=1e-3)  # fp16 storage: close, not equal
+    assert mixed[2] == pytest.approx(stored[0], abs=1e-6) and mixed[1] < mixed[0]
+    assert index.store.count() == before  # scored, never stored
+
+
+def test_unknown_ids_and_empty_queries_are_refused(word_index):
+    index, _ = word_index
+    with pytest.raises(KeyError, match="no page 'doc:9'.*rendered Page"):
+        index.score_pages("court", ["doc:1", "doc:9"])
+    with pytest.raises(ValueError, match="empty query"):
+        index.score_pages("  ", ["doc:1"])
+    assert index.score_pages("court", []) == []
+    vectors = np.stack([np.ones(index.config.dim, np.float32)])
+    assert len(index.score_pages(vectors, ["doc:1", "doc:2"])) == 2  # ready-made query vectors
