@@ -467,6 +467,20 @@ def test_damaged_and_mislabelled_packages(tmp_path: Path, own_cache: Path) -> No
             open_document(path)
 
 
+@needs_soffice
+def test_an_unwritable_cache_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(office.CACHE_ENV, str(blocker / "cache"))
+    deck = write_pptx(tmp_path / "deck.pptx", SLIDES)
+    errors: list[IngestError] = []
+    assert list(iter_pages([deck], errors=errors)) == []
+    assert isinstance(errors[0], OfficeConversionError)
+    assert "not writable" in errors[0].reason and office.CACHE_ENV in errors[0].fix
+
+
 def test_office_timeout_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(office.TIMEOUT_ENV, "12.5")
     assert OfficeLimits.from_env().timeout_s == 12.5

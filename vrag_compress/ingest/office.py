@@ -175,21 +175,28 @@ def to_pdf(
     if target.is_file():
         return target
     limits = limits or OfficeLimits.from_env()
+    check_container(path, limits)
     soffice = find_soffice()
     if soffice is None:
         raise LibreOfficeMissingError(
             f"LibreOffice is needed to read {path.suffix.lower()} files and is not installed",
             INSTALL_HINT,
         )
-    check_container(path, limits)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _sweep(target.parent.parent)
-    work = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=target.parent.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _sweep(target.parent.parent)
+        work = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=target.parent.parent))
+    except OSError as exc:
+        reason = f"the conversion cache {target.parent.parent} is not writable ({exc.strerror})"
+        raise ConversionError(reason, f"set {CACHE_ENV} to a writable folder") from exc
     try:
         pdf = _convert(soffice, path, work, limits)
         check_pdf(pdf, limits)
         _fsync(pdf)
         os.replace(pdf, target)
+    except OSError as exc:  # a full disk, or the input vanished while it was copied
+        reason = f"the conversion could not be written ({exc.strerror or exc})"
+        raise ConversionError(reason, f"free space in {target.parent.parent}, then retry") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
