@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vrag_compress import Page, VisualIndex, get_compressor
+from vrag_compress import (
+    Page,
+    RerankCandidate,
+    RerankInputError,
+    VisualIndex,
+    get_compressor,
+    rerank_order,
+    rerank_scores,
+)
 from vrag_compress.testing import WordEncoder
 
 TEXTS = [
@@ -62,3 +70,30 @@ def test_unknown_ids_and_empty_queries_are_refused(word_index):
     assert index.score_pages("court", []) == []
     vectors = np.stack([np.ones(index.config.dim, np.float32)])
     assert len(index.score_pages(vectors, ["doc:1", "doc:2"])) == 2  # ready-made query vectors
+
+
+def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_scored(
+    word_index, tmp_path, shared_data
+):
+    index, encoder = word_index
+    picture = tmp_path / "storm.png"
+    encoder.page_image(TEXTS[2]).save(picture)
+    pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    candidates = [
+        RerankCandidate(page_id="doc:1", name="budget"),
+        RerankCandidate(doc_id="doc", page_no=3, name="storm stored"),
+        RerankCandidate(image_path=str(picture), name="storm picture"),
+        RerankCandidate(file_path=str(pdf), page_no=2, name="pdf page"),
+        RerankCandidate(file_path=str(pdf), name="pdf without a page"),
+        RerankCandidate(text="storm forecast", name="bare text"),  # a Col* model reads pixels
+        RerankCandidate(image_path=str(tmp_path / "gone.png"), name="missing file"),
+    ]
+    scores = rerank_scores(index, "storm forecast rain", candidates)
+    assert all(isinstance(s, float) for s in scores[:4])
+    assert scores[2] == pytest.approx(scores[1], abs=1e-3) and scores[1] > scores[0]
+    errors = [str(s) for s in scores[4:]]
+    assert all(isinstance(s, RerankInputError) for s in scores[4:])
+    assert "pdf without a page" in errors[0] and "give it a page number" in errors[0]
+    assert "bare text: nothing to score" in errors[1] and "image_path" in errors[1]
+    assert "missing file: cannot render its page" in errors[2]
+    assert rerank_order(scores)[:2] in ([1, 2], [2, 1]) and rerank_order(scores)[4:] == [4, 5, 6]

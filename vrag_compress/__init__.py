@@ -59,6 +59,11 @@ _EXPORTS = {
     "ImageQueryError": "vrag_compress.image_query",
     "cited_numbers": "vrag_compress.answering",
     "citations": "vrag_compress.answering",
+    # reranking another retriever's hits (the LlamaIndex and LangChain rerankers)
+    "RerankCandidate": "vrag_compress.rerank",
+    "RerankInputError": "vrag_compress.rerank",
+    "rerank_order": "vrag_compress.rerank",
+    "rerank_scores": "vrag_compress.rerank",
     # scoring and calibration
     "maxsim": "vrag_compress.scoring",
     "score_retention": "vrag_compress.calibrate",
@@ -112,6 +117,12 @@ if TYPE_CHECKING:  # the real names for type checkers; at run time __getattr__ l
         page_id,
     )
     from vrag_compress.ingest.page_assets import image_base64
+    from vrag_compress.rerank import (
+        RerankCandidate,
+        RerankInputError,
+        rerank_order,
+        rerank_scores,
+    )
     from vrag_compress.scoring import maxsim
     from vrag_compress.store.base import SearchMode
 
@@ -159,6 +170,10 @@ __all__ = [  # literal, for type checkers; a test keeps it equal to _EXPORTS
     "ImageQueryError",
     "cited_numbers",
     "citations",
+    "RerankCandidate",
+    "RerankInputError",
+    "rerank_order",
+    "rerank_scores",
     "maxsim",
     "score_retention",
     "select_window",
