@@ -197,3 +197,34 @@ def test_a_col_model_encodes_the_image_as_a_page_and_finds_it(tmp_path: Path, sh
         for read in (raw, kept):
             (hit,) = ix.search(image=read, k=1)
             assert hit.source is not None and Path(hit.source).name == images[2].name
+
+
+def test_the_server_searches_with_an_uploaded_image_and_refuses_bad_ones(word_index, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from vrag_compress.serve import ServeConfig, create_app
+
+    index, encoder = word_index
+    path = index.path
+    index.close()  # the server opens the folder itself
+    picture = tmp_path / "court.png"
+    encoder.page_image(TEXTS[2]).save(picture)
+    config = ServeConfig(path, ocr="never", max_upload_mb=0.01, max_k=10)
+    with TestClient(create_app(config, encoder=encoder), base_url="http://127.0.0.1:8000") as c:
+        found = c.post("/api/search", files={"image": picture.read_bytes()}, data={"k": "2"})
+        assert found.status_code == 200, found.text
+        body = found.json()
+        assert body["hits"][0]["page_no"] == 3 and len(body["hits"]) == 2
+        assert body["image_query"]["read_by"] == "page" and body["image_query"]["compressed"]
+        near = c.post("/api/search", files={"image": picture.read_bytes()}, data={"neighbours": 1})
+        assert [p["page_no"] for p in near.json()["hits"][0]["context"]] == [2, 4]
+        text = c.post("/api/search", files={"image": ("a.png", b"plain words")})
+        assert text.status_code == 400 and "not an image" in text.json()["error"]
+        empty = c.post("/api/search", files={"image": ("a.png", b"")})
+        assert empty.status_code == 400 and "empty" in empty.json()["error"]
+        big = c.post("/api/search", files={"image": ("a.png", b"x" * 20_000)})
+        assert big.status_code == 413
+        many = c.post("/api/search", files={"image": picture.read_bytes()}, data={"k": "11"})
+        assert many.status_code == 400 and "k=11" in many.json()["error"]
+        words = c.get("/api/search", params={"q": "court transcript", "k": 1}).json()
+        assert words["hits"][0]["page_no"] == 3 and "image_query" not in words
