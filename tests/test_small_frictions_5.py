@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -173,3 +175,87 @@ def test_rest_explain_on_a_text_index_names_the_matched_words(text_index: Path) 
     assert body["matched_words"] == ["oral", "argument"]
     specials = [t["label"] for t in body["tokens"] if t["special"]]
     assert specials == ["[CLS]", "[SEP]"]
+
+
+# ----------------------------------------------------------------- tables on narrow terminals
+@pytest.fixture(scope="module")
+def two_docs(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from vrag_compress import VisualIndex, get_compressor
+
+    path = tmp_path_factory.mktemp("narrow") / "two.vrag"
+    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
+    with VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor) as index:
+        pdfs = [
+            shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf",
+            shared_data / "pdfs" / "edge" / "multi_page.pdf",
+        ]
+        index.add(pdfs, progress=False, ocr="never")
+    return path
+
+
+def _at_width(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """What COLUMNS=width gives the CLI's console (rich reads it when the console is made)."""
+    from vrag_compress.cli import common
+
+    monkeypatch.setattr(common.out, "width", width)
+
+
+def _fits(text: str, width: int) -> None:
+    lines = text.splitlines()
+    assert lines and max(len(line.rstrip()) for line in lines) <= width, text
+    for line in lines:  # a table row keeps its right border
+        assert not line.startswith(("│", "┃")) or line.rstrip().endswith(("│", "┃")), text
+
+
+@pytest.mark.parametrize("width", [80, 60])
+@pytest.mark.parametrize("mode", ["text", "hybrid"])
+def test_search_fits_the_terminal_and_keeps_whole_words(
+    two_docs: Path, monkeypatch: pytest.MonkeyPatch, width: int, mode: str
+) -> None:
+    from vrag_compress import VisualIndex
+    from vrag_compress.snippets import snippet
+
+    _at_width(monkeypatch, width)
+    result = run("search", two_docs, "oral argument", "--mode", mode, "-k", "2")
+    assert result.exit_code == 0, result.output
+    _fits(result.stdout, width)
+    assert "scotus-transcript-p1.pdf" in result.stdout  # never cut inside the name
+    with VisualIndex.open(two_docs, readonly=True) as index:
+        text = index.get(["c63508c7b195e6b6:1"])[0].text
+    shown = set(result.stdout.replace("│", " ").split())
+    assert set(snippet(text, "oral argument").split()) <= shown  # no word cut by the table
+    assert "found by" in result.stdout
+
+
+def test_search_json_is_the_same_at_any_width(
+    two_docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers = []
+    for width in (200, 60):
+        _at_width(monkeypatch, width)
+        result = run("search", two_docs, "oral argument", "--mode", "text", "--json")
+        answers.append(json.loads(result.stdout))
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_info_and_wide_tables_fold_instead_of_cutting(
+    two_docs: Path, monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from vrag_compress.cli.fit import fit_table
+
+    _at_width(monkeypatch, width)
+    result = run("info", two_docs)
+    assert result.exit_code == 0 and "scotus-transcript-p1.pdf" in result.stdout
+    _fits(result.stdout, width)
+    headers = ("method", "ratio", "vectors/page", "estimated retention@10", "90% interval")
+    table = Table(*headers, "keyword lookups (90%)", "SR", "top-10 kept")
+    table.add_row("uot", "0.25", "3.0", "0.966", "0.922-1.010", "0.986 (0.920-1.000)", "-10.1", "1")
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(fit_table(table, console))
+    shown = console.export_text()
+    _fits(shown, width)
+    assert "…" not in shown and "estimated retention@10 0.966" in " ".join(shown.split())

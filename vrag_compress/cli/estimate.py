@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.cli.fit import fit_table
 from vrag_compress.progress import task_progress
 
 out = Console()
@@ -72,7 +73,7 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
             f"{row.sr:.3f}",
             f"{row.rank_agreement:.3f}",
         )
-    console.print(table)
+    console.print(fit_table(table, console))
     for note in result.notes:
         console.print(f"note: {note}")
     console.print(result.recommend(target))

@@ -21,6 +21,7 @@ from vrag_compress.cli.common import (
     open_index,
     out,
 )
+from vrag_compress.cli.fit import fit_table
 from vrag_compress.progress import counted
 
 
@@ -47,14 +48,14 @@ def info(
     for line in detail_lines(details):
         out.print(line, markup=False, soft_wrap=True, highlight=False)
     table = Table(title="documents", title_justify="left")
-    table.add_column("file", overflow="fold", min_width=20)
+    table.add_column("file", overflow="fold")  # folded only when wider than the terminal
     for column in ("pages", "doc id", "status"):
         table.add_column(column)
     for doc in docs:
         name = Path(doc["source"]).name if doc["source"] else "-"
         status = "complete" if doc["complete"] else "incomplete (re-run `vrag index` to resume)"
         table.add_row(escape(name), str(doc["n_pages"] or "?"), doc["doc_id"], status)
-    out.print(table)
+    out.print(fit_table(table, out))
 
 
 def optimize(

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from vrag_compress.cli.common import (
     JsonOpt,
@@ -21,11 +19,11 @@ from vrag_compress.cli.common import (
     open_index,
     out,
 )
-from vrag_compress.cli.options import check_choice, file_name, parse_filter
+from vrag_compress.cli.hit_table import print_hits
+from vrag_compress.cli.options import check_choice, parse_filter
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.progress import counted
-from vrag_compress.snippets import snippet
 
 if TYPE_CHECKING:
     from vrag_compress.store.base import SearchMode
@@ -122,22 +120,7 @@ def search(
             soft_wrap=True,
         )
     words = query or (read.text if read is not None else None) or ""
-    fused = mode in ("text", "hybrid")
-    table = Table("rank", "score")
-    table.add_column("file", overflow="fold", min_width=20)  # the whole name, folded if narrow
-    table.add_column("page")
-    if fused:
-        table.add_column("found by (rank, score)")
-    table.add_column("snippet")
-    for rank, hit in enumerate(hits, start=1):
-        cells = [str(rank), f"{hit.score:.4g}", escape(file_name(hit)), str(hit.page_no)]
-        if fused:
-            cells.append(found_by(hit.components))
-        table.add_row(*cells, escape(snippet(hit.text, words)))
-        for near in hit.context:
-            cells = ["", "", "", f"({near.page_no})"] + ([""] if fused else [])
-            table.add_row(*cells, escape(snippet(near.text, words)), style="dim")
-    out.print(table)
+    print_hits(out, hits, words, fused=mode in ("text", "hybrid"))
 
 
 def read_query_image(vindex: Any, image: Path) -> Any:
@@ -149,15 +132,6 @@ def read_query_image(vindex: Any, image: Path) -> Any:
         return vindex.read_image(image)
     except ImageQueryError as error:
         raise typer.BadParameter(str(error), param_hint="--image") from error
-
-
-def found_by(components: dict[str, dict[str, float]] | None) -> str:
-    """``visual #2 (12.3), text #1 (4.56)``: where each side ranked and scored a hit."""
-    parts = [
-        f"{side} #{int(c['rank'])} ({c['score']:.3g})"
-        for side, c in sorted((components or {}).items(), reverse=True)
-    ]
-    return ", ".join(parts)
 
 
 def ask(
