@@ -28,10 +28,12 @@ system-deps-office:
 
 install: system-deps $(VENV)/.installed
 
-# LlamaIndex: one distribution per component type (readers, vector store, retriever), as
-# LlamaIndex names them; they share integrations/llama-index/tests and its ruff.toml.
+# LlamaIndex: one distribution per component type (readers, vector store, retriever,
+# postprocessor), as LlamaIndex names them; they share integrations/llama-index/tests and its
+# ruff.toml.
 LLAMA_INDEX := $(addprefix integrations/llama-index/llama-index-,\
-	readers-vrag-compress vector-stores-vrag-compress retrievers-vrag-compress)
+	readers-vrag-compress vector-stores-vrag-compress retrievers-vrag-compress \
+	postprocessor-vrag-compress)
 INTEGRATIONS := integrations/llama-index integrations/langchain
 
 $(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproject.toml \
@@ -41,6 +43,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproj
 		-e integrations/llama-index/llama-index-readers-vrag-compress \
 		-e integrations/llama-index/llama-index-vector-stores-vrag-compress \
 		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
+		-e integrations/llama-index/llama-index-postprocessor-vrag-compress \
 		-e 'integrations/langchain[test]'
 	touch $@
 

@@ -30,6 +30,11 @@ PACKAGES = {
         {"CompressedColPaliRetriever"},
         {"llama-index-vector-stores-vrag-compress"},
     ),
+    "llama-index-postprocessor-vrag-compress": (
+        "llama_index.postprocessor.vrag_compress",
+        {"VragRerank", "RerankWarning"},
+        set(),
+    ),
 }
 
 
