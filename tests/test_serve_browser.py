@@ -466,3 +466,34 @@ def test_a_text_index_viewer_marks_the_matched_words_and_no_markers(text_server,
         assert terms and "[CLS]" not in terms and "[SEP]" not in terms
         assert "reads page text" in browser.find_element(By.ID, "text-match-note").text
         browser.find_element(By.ID, "viewer-close").click()
+
+
+def test_the_upload_bar_moves_as_pages_are_committed(
+    server, browser, shared_data, monkeypatch: pytest.MonkeyPatch
+):
+    from vrag_compress.indexing import Indexer
+
+    write = Indexer.write
+
+    def slow_write(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        write(self, *args, **kwargs)
+        time.sleep(1.2)  # longer than the page's 0.5 s poll: every commit is seen
+
+    monkeypatch.setattr(Indexer, "write", slow_write)
+    browser.get(server + "/")
+    browser.find_element(By.ID, "api-key").send_keys(KEY)
+    browser.find_element(By.ID, "q").click()  # blur: the key is saved on change
+    browser.execute_script(
+        "window.barValues = [];"
+        "const bar = document.getElementById('upload-progress');"
+        "new MutationObserver(() => window.barValues.push(bar.value + '/' + bar.max))"
+        ".observe(bar, {attributes: true});"
+    )
+    pdf = shared_data / "pdfs" / "icdar2013" / "eu-012.pdf"  # 7 pages: commits of 2
+    browser.find_element(By.ID, "upload-file").send_keys(str(pdf))
+    browser.find_element(By.ID, "upload-button").click()
+    bar = browser.find_element(By.ID, "upload-progress")
+    wait(browser, lambda d: bar.get_attribute("data-state") in ("done", "failed"), timeout=240)
+    seen = browser.execute_script("return window.barValues")
+    assert bar.get_attribute("data-state") == "done" and "7/7" in seen
+    assert {"2/7", "4/7", "6/7"} <= set(seen), seen  # not 0/7 until the end

@@ -71,6 +71,9 @@ POLL_S = 0.3
 """How often the writer of several workers looks for uploads the others accepted."""
 WRITER_NICE = 10
 """How much lower the writer thread's CPU priority is than the readers' (Linux: per thread)."""
+UPLOAD_COMMITS = 4
+"""An upload is committed in at least this many batches (as its pages allow): progress is read
+from the store, so a 3-page upload in one batch of 4 would sit at 0/3 until its end."""
 
 
 class UploadError(ValueError):
@@ -493,6 +496,7 @@ class JobQueue:
             self._record_end(job)  # other workers read the state from the record
         try:
             with self.open_writer() as writer:
+                writer.batch_size = upload_batch_size(job.n_pages, writer.batch_size)
                 report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=job.ocr)
         except Exception as error:  # lock held by `vrag index`, disk full, model errors...
             log.exception("upload %s failed", job.id)
@@ -519,6 +523,12 @@ class JobQueue:
     def _reason(self, error: Exception) -> str:
         """Why a job failed, as its status shows it: no absolute path of the index folder."""
         return hide_root(f"{type(error).__name__}: {error}", self.root)
+
+
+def upload_batch_size(n_pages: int, batch_size: int) -> int:
+    """The index's batch size, made smaller for short uploads so that they commit (and show
+    progress) page by page or a few pages at a time: at least `UPLOAD_COMMITS` commits."""
+    return max(1, min(batch_size, -(-n_pages // UPLOAD_COMMITS)))
 
 
 def _unreadable(error: OSError | ValueError) -> str:
