@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 def search(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Index folder."),
     query: str | None = typer.Argument(
-        None, metavar="[QUERY]", help="The question or keywords (or search with --image)."
+        None, metavar="QUERY", help="The question or keywords (or search with --image)."
     ),
     k: int = typer.Option(5, "-k", min=1, help="Number of pages to return."),
     image: Path | None = typer.Option(
