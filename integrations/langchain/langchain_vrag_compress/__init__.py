@@ -15,6 +15,7 @@ from langchain_vrag_compress.qa import (
     pages_to_message,
     qa_messages,
 )
+from langchain_vrag_compress.rerankers import RerankWarning, VragReranker
 from langchain_vrag_compress.retrievers import CompressedColPaliRetriever
 from langchain_vrag_compress.vectorstores import EmbeddingsEncoder, VragStoreError, VragVectorStore
 
@@ -25,6 +26,8 @@ __all__ = [
     "LangChainChatModel",
     "NoChatModelError",
     "PDFPageLoader",
+    "RerankWarning",
+    "VragReranker",
     "VragStoreError",
     "VragVectorStore",
     "answer_pages",
