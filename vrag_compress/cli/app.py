@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from vrag_compress.bench.app import bench_app
+from vrag_compress.cli.options import CheckedPathGroup
 
 # Plain help (no rich markup): square brackets in help ("the [ocr] extra") stay text, and flags
 # are not shown with a "<bool>" type.
@@ -14,6 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
+    cls=CheckedPathGroup,  # every path a command takes is checked while parsing
 )
 app.add_typer(bench_app, name="bench")
 

@@ -91,7 +91,7 @@ def estimate(
     model: str | None = typer.Option(
         None, help="Encoder for a folder (default the index default); an index uses its own."
     ),
-    seed: int = typer.Option(0, help="Seed of the page sample and the pseudo-queries."),
+    seed: int = typer.Option(0, min=0, help="Seed of the page sample and the pseudo-queries."),
     draws: int = typer.Option(
         1,
         min=1,
@@ -129,7 +129,7 @@ def estimate(
     pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings. Below 100
     sampled pages it shows the table but recommends nothing (the intervals are too wide)."""
     from vrag_compress.compress import CompressionError
-    from vrag_compress.encoders import ModelNotFoundError
+    from vrag_compress.encoders import EncoderLoadError
     from vrag_compress.estimate import (
         BOTH,
         QUERY_CHOICES,
@@ -174,7 +174,7 @@ def estimate(
     except (
         EstimateError,
         CompressionError,
-        ModelNotFoundError,
+        EncoderLoadError,  # a model that cannot load (missing, a bad st: folder, no such device)
         VisualIndexError,
         StoreError,
     ) as exc:

@@ -12,6 +12,7 @@ command runs again: the pages already in DST are kept and only the missing ones 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from vrag_compress.cli.app import app
 from vrag_compress.progress import task_progress
+from vrag_compress.store import StoreError, user_input
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # messages keep whole paths on one line
@@ -82,7 +84,6 @@ def migrate(
     """Copy SRC's pages and documents into a new store DST, then compare search results.
 
     Run the same command again after a kill: it resumes, copying only the pages DST lacks."""
-    from vrag_compress.store import StoreError
     from vrag_compress.store.migrate import (
         compare_stores,
         copy_store,
@@ -92,8 +93,7 @@ def migrate(
     )
     from vrag_compress.store.open import is_store_url, open_store
 
-    if repoint is not None and not is_store_url(dst):
-        raise typer.BadParameter("--repoint needs a store URL as DST", param_hint="--repoint")
+    check_targets(src, dst, repoint, json_out)
     options = {"candidate": candidate} if is_store_url(dst) else {}
     try:
         with open_store(resolve_target(src), readonly=True) as source:
@@ -134,8 +134,7 @@ def migrate(
     }
     _print(report)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=2))
+        _write_report(json_out, report)
     if not check.ok:
         err.print(
             "[bold red]error:[/] the copy does not answer like the source; "
@@ -147,6 +146,59 @@ def migrate(
 
         write_store_pointer(repoint, dst)
         out.print(f"{repoint} now uses {dst}")
+
+
+def check_targets(src: str, dst: str, repoint: Path | None, json_out: Path | None) -> None:
+    """Refuse, before anything is copied, what the migration could not finish with: a SRC or
+    DST that no file system takes or whose URL scheme no store has, ``--repoint`` to a folder
+    that is not an index (or with a DST that is not a URL), a ``--json`` file that cannot be
+    written. Each is a usage error (exit 2) naming the argument."""
+    from vrag_compress.store.catalog import CATALOG_NAME
+    from vrag_compress.store.open import POINTER_NAME, check_target, is_store_url
+
+    for text, hint in ((src, "SRC"), (dst, "DST")):
+        try:
+            user_input.check_path_text(text, hint)
+            check_target(text)
+        except StoreError as error:
+            raise typer.BadParameter(str(error), param_hint=hint) from None
+    if repoint is not None:
+        if not is_store_url(dst):
+            raise typer.BadParameter("--repoint needs a store URL as DST", param_hint="--repoint")
+        if not any((repoint / name).is_file() for name in (CATALOG_NAME, POINTER_NAME)):
+            raise typer.BadParameter(
+                f"{repoint} is not an index folder (no {CATALOG_NAME} or {POINTER_NAME}); "
+                "give the folder of the index whose store was copied",
+                param_hint="--repoint",
+            )
+    if json_out is not None:
+        check_writable(json_out, "--json")
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse a report path whose folder cannot be made or written (so a long run does not end
+    in a traceback after its work is done)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot make the folder {path.parent} for the report: {error.strerror}",
+            param_hint=option,
+        ) from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        what = "is a folder" if path.is_dir() else "is in a folder this user cannot write"
+        raise typer.BadParameter(f"{path} {what}", param_hint=option)
+
+
+def _write_report(path: Path, report: dict[str, Any]) -> None:
+    try:
+        path.write_text(json.dumps(report, indent=2))
+    except OSError as error:
+        err.print(
+            f"[bold red]error:[/] the copy finished, but the report could not be written to "
+            f"{escape(str(path))}: {escape(error.strerror or str(error))}"
+        )
+        raise typer.Exit(1) from None
 
 
 def _progress() -> Progress:

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from vrag_compress.cli.app import app
 from vrag_compress.cli.common import JsonOpt, emit_json, fail
+from vrag_compress.cli.options import could_be_path
 
 out = Console()
 
@@ -93,7 +94,7 @@ def _difference(encoder: Any, exported: Any, query: str) -> float:
 def _model_of(target: str) -> str:
     """The model recorded by an index folder, or the target itself (a name or model folder)."""
     folder = Path(target)
-    if folder.is_dir() and not (folder / "config.json").is_file():
+    if could_be_path(target) and folder.is_dir() and not (folder / "config.json").is_file():
         from vrag_compress.index import VisualIndex, VisualIndexError
         from vrag_compress.store import StoreError
 

@@ -1,16 +1,57 @@
-"""Checking and resolving what users type: methods with parameters, ratios, document names.
+"""Checking and resolving what users type: paths, methods with parameters, ratios, document
+names.
 
 Bad values raise `typer.BadParameter`, which exits 2 (bad usage) with the option named.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePath
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from vrag_compress.store import user_input
+
+
+class CheckedPathGroup(TyperGroup):
+    """The `vrag` command group: every path argument or option of every command under it
+    (`vrag bench ...` included) is checked by `user_input.check_path_text` while the command
+    line is parsed, so a path no file system takes (a NUL, a 5,000-character name) is a usage
+    error naming the option, never an `OSError` traceback from wherever it is first used."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_paths_of(self)
+
+
+def check_paths_of(command: Any) -> None:
+    """Check the paths every parameter of ``command`` and of its subcommands is given."""
+    for param in command.params:
+        if not getattr(param.callback, "checks_paths", False):
+            param.callback = _path_checker(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        check_paths_of(sub)
+
+
+def _path_checker(inner: Callable[..., Any] | None) -> Callable[..., Any]:
+    """A parameter callback that refuses unusable paths in the parsed value, then runs
+    ``inner`` (the parameter's own callback, if any)."""
+
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, PurePath):
+                try:
+                    user_input.check_path_text(str(item), "path")
+                except user_input.UserInputError as error:
+                    message = str(error).removeprefix("path: ")
+                    raise typer.BadParameter(message, ctx=ctx, param=param) from None
+        return value if inner is None else inner(ctx, param, value)
+
+    check.checks_paths = True  # type: ignore[attr-defined]
+    return check
 
 
 def parse_value(text: str) -> Any:
@@ -109,8 +150,7 @@ def resolve_document(documents: list[Any], name: str) -> str:
     Raises `LookupError` with the choices when nothing or more than one document matches."""
     if any(d.doc_id == name for d in documents):
         return name
-    target = Path(name).expanduser()
-    resolved = str(target.resolve()) if target.exists() else None
+    resolved = _existing_path(name)
     matches = [
         d
         for d in documents
@@ -119,6 +159,45 @@ def resolve_document(documents: list[Any], name: str) -> str:
     if len(matches) == 1:
         return matches[0].doc_id
     if not matches:
-        raise LookupError(f"no document {name!r} in this index (`vrag info` lists them)")
+        raise LookupError(
+            f"no document {user_input.show(name)} in this index (`vrag info` lists them)"
+        )
     listed = ", ".join(f"{d.doc_id} ({d.source})" for d in matches)
-    raise LookupError(f"{name!r} matches {len(matches)} documents: {listed}; give the doc id")
+    raise LookupError(
+        f"{user_input.show(name)} matches {len(matches)} documents: {listed}; give the doc id"
+    )
+
+
+def _existing_path(name: str) -> str | None:
+    """The absolute path ``name`` names when it is an existing file, else None (also for text
+    that cannot be a path: too long, a NUL, ``~user`` of no such user)."""
+    if not could_be_path(name):
+        return None
+    target = Path(user_input.expand_home(name))
+    return str(target.resolve()) if target.exists() else None
+
+
+def could_be_path(text: str) -> bool:
+    """Whether ``text``, given where a path or a name is accepted (a document, a model), can
+    be looked up on disk at all; when not, it can only be a name."""
+    try:
+        user_input.check_path_text(text, "path")
+    except user_input.UserInputError:
+        return False
+    return True
+
+
+def image_out(path: Path) -> Path:
+    """An ``--out`` image path whose extension names a format Pillow writes (checked before any
+    work: saving is the last step)."""
+    from PIL import Image
+
+    Image.init()
+    suffix = path.suffix.lower()
+    if suffix not in Image.registered_extensions():
+        shown = user_input.show(str(path))
+        raise typer.BadParameter(
+            f"{shown} has no image file extension Pillow writes ({suffix or 'none'}); "
+            "end it with .png, .jpg or .webp"
+        )
+    return path

@@ -20,7 +20,7 @@ from vrag_compress.cli.common import (
     out,
 )
 from vrag_compress.cli.hit_table import print_hits
-from vrag_compress.cli.options import check_choice, parse_filter
+from vrag_compress.cli.options import check_choice, image_out, parse_filter
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.progress import counted
@@ -202,7 +202,9 @@ def show(
         ..., metavar="DOCUMENT", help="File name, source path or doc id (see `vrag info`)."
     ),
     page: int = typer.Argument(..., metavar="PAGE", min=1, help="Page number (1-based)."),
-    out_path: Path = typer.Option(Path("page.png"), "--out", "-o", help="PNG to write."),
+    out_path: Path = typer.Option(
+        Path("page.png"), "--out", "-o", callback=image_out, help="PNG to write."
+    ),
     query: str | None = typer.Option(
         None, "--query", "-q", help="Draw where this query matched the page (a heatmap)."
     ),

@@ -45,7 +45,7 @@ def unknown_model_hint(name: str) -> str | None:
     may be in the Hugging Face cache). Cheap: nothing is imported or loaded."""
     name = str(name)
     known = known_models()
-    if name in known or is_st_name(name) or Path(name).expanduser().exists():
+    if name in known or is_st_name(name) or _on_disk(name):
         return None
     owner, slash, repo = name.partition("/")
     if slash and owner and repo and "/" not in repo and not name.startswith((".", "~")):
@@ -60,6 +60,15 @@ def unknown_model_hint(name: str) -> str | None:
         f"unknown model {name!r}: {guess}Known names: {', '.join(real)} (and tiny-* test "
         "models); or give a Hugging Face hub id (owner/name) or a local folder"
     )
+
+
+def _on_disk(name: str) -> bool:
+    """Whether ``name`` is an existing path; text no file system takes (a NUL, a name over
+    255 bytes) or ``~user`` of no such user is not one."""
+    try:
+        return Path(os.path.expanduser(name)).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def check_model_name(name: str) -> None:

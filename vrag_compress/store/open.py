@@ -71,6 +71,18 @@ def is_store_url(target: str | os.PathLike[str]) -> bool:
     return _scheme(target) in BACKENDS
 
 
+def check_target(target: str | os.PathLike[str]) -> None:
+    """Refuse text that looks like a URL of a scheme no backend has (``s3://``, ``file://``):
+    taken as a folder path it would quietly make a store in ``./s3:/...``."""
+    scheme = _scheme(target)
+    if scheme is not None and scheme not in BACKENDS:
+        schemes = ", ".join(f"{s}://" for s in BACKENDS)
+        raise StoreInputError(
+            f"{str(target)!r}: {scheme}:// is not a store this version can use (one of "
+            f"{schemes}); an embedded store is a folder path without a scheme"
+        )
+
+
 def backend(url: str | os.PathLike[str]) -> Backend:
     """The backend module for ``url``'s scheme (imported now)."""
     module = BACKENDS.get(_scheme(url) or "")
@@ -84,6 +96,7 @@ def create_store(
     target: str | os.PathLike[str], config: dict[str, Any], **options: Any
 ) -> MultiVectorStore:
     """A new store at a folder path (embedded) or a backend's URL."""
+    check_target(target)
     if is_store_url(target):
         url = cast(str, target)  # a str (or a StorePointer, which backends check for)
         return backend(url).create_store(url, config, **options)
@@ -98,6 +111,7 @@ def open_store(
     **options: Any,
 ) -> MultiVectorStore:
     """Open an existing store at a folder path (embedded) or a backend's URL."""
+    check_target(target)
     if is_store_url(target):
         url = cast(str, target)  # a str (or a StorePointer, which backends check for)
         return backend(url).open_store(url, readonly=readonly, expect=expect, **options)

@@ -64,6 +64,7 @@ from vrag_compress.store.qdrant_access import (
     with_retries,
 )
 from vrag_compress.store.qdrant_access import pointer_url as pointer_url  # a backend function
+from vrag_compress.store.qdrant_local import check_new_local_folder
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,
@@ -182,6 +183,8 @@ class QdrantStore(MultiVectorStore):
         if candidate not in CANDIDATES:
             raise StoreInputError(f"candidate must be one of {CANDIDATES}, got {candidate!r}")
         loc = _location(location, api_key)
+        if client is None and loc.path not in (None, ":memory:"):
+            check_new_local_folder(loc.path)
         given = url_options(location) if isinstance(location, str) else {}
         opts = QdrantOptions(**{**given, **options})  # keyword arguments over the URL's
         owns = client is None
@@ -556,7 +559,7 @@ class QdrantStore(MultiVectorStore):
         alone)."""
         from vrag_compress.store.qdrant_filters import to_qdrant_filter
 
-        k = check_k(k)
+        k = check_k(k, pages=self.count)
         check_mode_options(check_mode(mode), texts, alpha, text_k, fts_syntax)
         if mode in TEXT_MODES:
             return self._search_with_text(
@@ -603,7 +606,7 @@ class QdrantStore(MultiVectorStore):
         words = check_texts(texts, None if qs is None else len(qs), mode)
         alpha = check_alpha(alpha)
         depth = k if mode == "text" else max(k, HYBRID_DEPTH)
-        text_depth = depth if text_k is None else check_k(text_k, "text_k")
+        text_depth = depth if text_k is None else check_k(text_k, "text_k", self.count)
         if qs and alpha is None:
             return self._server_rrf(qs, words, k, flt, depth, text_depth)
         requests = [self._text_request(t, text_depth + _TIE_MARGIN, flt) for t in words]

@@ -87,7 +87,7 @@ class QdrantLocation:
             vet_local_folder(self.path)  # its points are pickles: nothing in them may run
         try:
             return (
-                QdrantClient(path=self.path)
+                QdrantClient(path=os.path.abspath(self.path or "."))  # it fails on ../ past cwd
                 if self.path != ":memory:"
                 else QdrantClient(location=":memory:")
             )

@@ -61,6 +61,27 @@ def _is_data(cls: type) -> bool:
     return issubclass(cls, BaseModel | enum.Enum)
 
 
+QDRANT_LOCAL_FILES = frozenset({"meta.json", "collection", ".lock"})  # what local mode writes
+
+
+def check_new_local_folder(folder: str | Path) -> None:
+    """Refuse to create a local-mode store in a folder that holds anything but local mode's own
+    files (a project folder, an index folder): a missing or empty folder, or another local-mode
+    store (a folder may hold several collections), is fine."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"{path} is a file; a Qdrant local-mode store needs a folder")
+    if not path.is_dir():
+        return
+    other = sorted(p.name for p in path.iterdir() if p.name not in QDRANT_LOCAL_FILES)
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise StoreError(
+            f"{path} holds other files ({shown}), so it is not a Qdrant local-mode folder; "
+            "give a new or empty folder for the store"
+        )
+
+
 def storage_files(folder: str | Path) -> list[Path]:
     """The point files qdrant-client would unpickle in a local-mode folder."""
     return sorted(Path(folder).glob(f"collection/*/{STORAGE_NAME}"))

@@ -93,7 +93,7 @@ class Searcher:
         fts_syntax: bool = False,
     ) -> list[list[SearchResult]]:
         """Top-k per query, best first, ties by page_id; retried when a hit was just deleted."""
-        k = check_k(k)
+        k = check_k(k, pages=self._count)
         mode = check_mode(mode)
         check_mode_options(mode, texts, alpha, text_k, fts_syntax)
         if mode in TEXT_MODES:
@@ -113,6 +113,11 @@ class Searcher:
                     return results
                 self.snapshots.invalidate()  # a hit vanished (concurrent delete): fresh snapshot
             raise AssertionError("unreachable: the last attempt drops vanished hits")
+
+    def _count(self) -> int:
+        """The pages the store holds (what a huge k is capped at)."""
+        with self.ctx.catalog.read() as conn:
+            return cat.count_pages(conn)
 
     def _search_with_text(
         self,
@@ -137,7 +142,7 @@ class Searcher:
         words = check_texts(texts, None if qs is None else len(qs), mode)
         alpha = check_alpha(alpha)
         depth = k if mode == "text" else max(k, HYBRID_DEPTH)
-        text_depth = depth if text_k is None else check_k(text_k, "text_k")
+        text_depth = depth if text_k is None else check_k(text_k, "text_k", self._count)
         where = compile_filter(filter) if filter else None
         with self.ctx.catalog.mutex:
             for attempt in range(3):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import reprlib
 import unicodedata
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from vrag_compress.store.base import StoreError
 
 MAX_JSON_DEPTH = 100  # nesting of lists/objects in a filter or metadata value users send
 MAX_STRING_CHARS = 65_536  # longest string (key or value) in a filter or metadata users send
+NAME_MAX_BYTES = 255  # longest file or folder name most file systems take (ext4, APFS, NTFS)
+PATH_MAX_BYTES = 4096  # longest path the kernel takes in one call (Linux PATH_MAX)
 BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
@@ -83,6 +86,39 @@ def check_text(value: Any, what: str, error: type[UserInputError] = UserInputErr
             _check_string(item, what, error)
         elif isinstance(item, float) and not math.isfinite(item):
             raise error(f"{what}: {item} is not a finite number")
+
+
+def check_path_text(text: str, what: str, error: type[UserInputError] = UserInputError) -> None:
+    """Refuse a path no file system call can take, before one raises a bare `OSError` or
+    `ValueError` deep inside a command: a NUL, text that cannot be encoded as a file name,
+    a name over `NAME_MAX_BYTES` or a whole path over `PATH_MAX_BYTES`."""
+    if "\x00" in text:
+        raise error(f"{what}: a path cannot hold a NUL character: {show(text)}")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError as problem:
+        bad = text[problem.start : problem.end]
+        raise error(
+            f"{what}: {show(text)} holds {show(bad)}, which cannot be written as a file name"
+        ) from None
+    if len(raw) > PATH_MAX_BYTES:
+        raise error(
+            f"{what}: a path of {len(raw):,} bytes is over the limit of {PATH_MAX_BYTES:,}: "
+            f"{show(text)}"
+        )
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX_BYTES:
+        name = os.fsdecode(longest)
+        raise error(
+            f"{what}: the name {show(name)} is {len(longest):,} bytes; file systems take at most "
+            f"{NAME_MAX_BYTES} bytes per file or folder name"
+        )
+
+
+def expand_home(text: str) -> str:
+    """``~`` and ``~user`` expanded like a shell does; an unknown user's ``~name`` stays as
+    typed (a plain name), where `pathlib.Path.expanduser` raises `RuntimeError`."""
+    return os.path.expanduser(text)
 
 
 def _check_string(text: str, what: str, error: type[UserInputError]) -> None:

@@ -7,7 +7,7 @@ batch behind, and every error names the record and field and says how to fix it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -136,10 +136,20 @@ def check_query(query: Any, dim: int, what: str = "query") -> np.ndarray:
     return np.ascontiguousarray(query, dtype=np.float32)
 
 
-def check_k(k: Any, what: str = "k") -> int:
+K_COUNTED_ABOVE = 1024
+"""A k above this is capped at the store's page count (counted only then: a normal query pays
+nothing), since engines size buffers by k: k = 2**31 asked tantivy for 34 GB and aborted."""
+
+
+def check_k(k: Any, what: str = "k", pages: Callable[[], int] | None = None) -> int:
+    """``k`` as an int >= 1; past `K_COUNTED_ABOVE`, at most ``pages()`` (no store returns more
+    pages than it holds, so the answer is the same)."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise StoreInputError(f"{what} must be a positive int, got {k!r}")
-    return int(k)
+    k = int(k)
+    if pages is not None and k > K_COUNTED_ABOVE:
+        k = max(1, min(k, pages()))
+    return k
 
 
 def check_dim(config: dict[str, Any]) -> int:
