@@ -259,3 +259,100 @@ def test_info_and_wide_tables_fold_instead_of_cutting(
     shown = console.export_text()
     _fits(shown, width)
     assert "…" not in shown and "estimated retention@10 0.966" in " ".join(shown.split())
+
+
+# ----------------------------------------------------------------- password-protected PDFs
+SECRET = "s3cret-Pw"
+
+
+@pytest.fixture
+def locked_pdf(tmp_path: Path, shared_data: Path) -> Path:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    writer.append(PdfReader(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"))
+    writer.encrypt(user_password=SECRET, owner_password=SECRET + "-owner", algorithm="AES-128")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = folder / "locked.pdf"
+    with open(path, "wb") as out:
+        writer.write(out)
+    return path
+
+
+def _holds_secret(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+
+
+def test_add_opens_protected_pdfs_with_passwords_and_never_stores_them(
+    locked_pdf: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vrag_compress import VisualIndex
+
+    with VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2") as index:
+        refused = index.add([locked_pdf], progress=False, ocr="never")
+        (failure,) = refused.failures
+        assert "password" in failure["reason"] and "password" in failure["fix"]
+        with caplog.at_level("DEBUG"):
+            report = index.add(
+                [locked_pdf], progress=False, ocr="never", passwords={"locked.pdf": SECRET}
+            )
+        assert report.ok and report.pages_indexed == 1
+    assert _holds_secret(tmp_path / "idx") == []
+    assert SECRET not in caplog.text
+
+
+def test_cli_index_takes_passwords_from_a_file_or_the_environment(
+    locked_pdf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = ["--model", "tiny-colqwen2", "--ocr", "never"]
+    result = run("index", locked_pdf, "--index", tmp_path / "a", *tiny)
+    assert result.exit_code == 3
+    assert "password-protected" in result.stderr and "--passwords-file" in result.stderr
+    lines = tmp_path / "pw.tsv"
+    lines.write_text(f"# name<TAB>password\nlocked.pdf\t{SECRET}\n")
+    result = run("index", locked_pdf, "--index", tmp_path / "b", *tiny, "--passwords-file", lines)
+    assert result.exit_code == 0, result.output
+    as_json = tmp_path / "pw.json"
+    as_json.write_text(json.dumps({str(locked_pdf): SECRET}))
+    monkeypatch.setenv("VRAG_PDF_PASSWORDS", str(as_json))
+    result = run("index", locked_pdf.parent, "--index", tmp_path / "c", *tiny, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["pages_indexed"] == 1
+    lines.write_text(f"locked.pdf {SECRET}\n")  # a space, not a tab
+    result = run("index", locked_pdf, "--index", tmp_path / "d", *tiny, "--passwords-file", lines)
+    assert result.exit_code == 2 and "line 1" in result.output and SECRET not in result.output
+    assert all(_holds_secret(tmp_path / name) == [] for name in ("b", "c"))
+
+
+def test_rest_upload_takes_a_password_field_and_keeps_it_nowhere(
+    locked_pdf: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from vrag_compress import VisualIndex
+    from vrag_compress.serve import ServeConfig, create_app
+
+    VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2").close()
+    config = ServeConfig(tmp_path / "idx", api_key="k", ocr="never")
+    auth = {"Authorization": "Bearer k"}
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8000") as client:
+
+        def send(**form: str):  # noqa: ANN202
+            files = {"file": ("locked.pdf", locked_pdf.read_bytes(), "application/pdf")}
+            return client.post("/api/documents", files=files, data=form, headers=auth)
+
+        refused = send()
+        assert refused.status_code == 422 and "password field" in refused.json()["error"]
+        accepted = send(password=SECRET)
+        assert accepted.status_code == 202, accepted.text
+        job = accepted.json()["job"]
+        for _ in range(600):
+            status = client.get(f"/api/jobs/{job}").json()
+            if status["state"] in ("done", "failed"):
+                break
+            time.sleep(0.1)
+        assert status["state"] == "done" and status["pages_done"] == 1, status
+        assert SECRET not in json.dumps(status)
+    assert _holds_secret(tmp_path / "idx") == []

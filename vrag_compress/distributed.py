@@ -22,7 +22,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -356,12 +356,13 @@ def add_on_ray(
     progress: bool,
     page_ocr: PageOcr,
     options: RayOptions,
+    passwords: Mapping[str, str] | None = None,
 ) -> AddReport:
     """`VisualIndex.add` with the compute on Ray and the commits here (see the module doc)."""
     if isinstance(items, (list, tuple)) and items and all(isinstance(i, Page) for i in items):
         raise VisualIndexError("ray= indexes files and folders; rendered Pages are added locally")
     ray = connect(options.address)
-    indexer = index._indexer()
+    indexer = index._indexer(passwords)
     report = AddReport(ocr_mode=page_ocr.mode)
     started = time.perf_counter()
     with IndexProgress(0, enabled=progress) as bar:

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -935,6 +935,7 @@ class VisualIndex:
         progress: bool = True,
         ocr: str | PageOcr = "auto",
         ray: bool | str | RayOptions | None = None,
+        passwords: Mapping[str, str] | None = None,
     ) -> AddReport:
         """Index files, folders or already-rendered `Page`s; unchanged documents are skipped.
 
@@ -948,6 +949,9 @@ class VisualIndex:
         True for the cluster Ray finds (or a local one), an address ("host:6379",
         "ray://host:10001"), or `RayOptions`; commits stay here, so the store is the same as
         a single-process one (see `vrag_compress.distributed`).
+
+        `passwords` opens protected PDFs: ``{file name or path: password}`` (see
+        `vrag_compress.ingest.passwords`); they are used to open the files, never stored.
         """
         extra = check_user_metadata(metadata or {})  # before any page is rendered
         page_ocr = ocr if isinstance(ocr, PageOcr) else PageOcr(ocr)
@@ -962,9 +966,16 @@ class VisualIndex:
             else:
                 options = RayOptions(address=None if ray is True else ray)
             return add_on_ray(
-                self, items, extra, progress=progress, page_ocr=page_ocr, options=options
+                self,
+                items,
+                extra,
+                progress=progress,
+                page_ocr=page_ocr,
+                options=options,
+                passwords=passwords,
             )
-        return self._indexer().add(items, extra, progress=progress, page_ocr=page_ocr)
+        indexer = self._indexer(passwords)
+        return indexer.add(items, extra, progress=progress, page_ocr=page_ocr)
 
     @property
     def reads_page_text(self) -> bool:
@@ -974,7 +985,7 @@ class VisualIndex:
             return isinstance(self._encoder, ReadsPageText)
         return is_text_model(self.model_id)
 
-    def _indexer(self) -> Indexer:
+    def _indexer(self, passwords: Mapping[str, str] | None = None) -> Indexer:
         return Indexer(
             self.store,
             self.assets,
@@ -985,6 +996,7 @@ class VisualIndex:
             batch_size=self.batch_size,
             dpi=self.dpi,
             renderer=self.renderer,
+            passwords=passwords,
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,6 +25,7 @@ from vrag_compress.ingest import (
     Document,
     IngestError,
     Page,
+    RenderOptions,
     display_path,
     iter_documents,
     open_document,
@@ -33,6 +34,7 @@ from vrag_compress.ingest import (
 from vrag_compress.ingest import page_id as default_page_id
 from vrag_compress.ingest.ocr import PageOcr, PageText
 from vrag_compress.ingest.page_assets import PageAssets, StoredImage
+from vrag_compress.ingest.passwords import password_for
 from vrag_compress.progress import IndexProgress
 from vrag_compress.store import DocumentRecord, MultiVectorStore, PageRecord
 
@@ -93,10 +95,16 @@ class AddReport:
             "failures": self.ocr_failures,
         }
 
-    def fail(self, path: str | Path, reason: str, page_no: int | None = None) -> None:
+    def fail(
+        self, path: str | Path, reason: str, page_no: int | None = None, fix: str | None = None
+    ) -> None:
+        """One failure; ``fix`` (how to fix it, e.g. the password a protected PDF needs) is kept
+        for the report to print after the reason."""
         entry = {"path": display_path(path), "reason": reason}
         if page_no is not None:
             entry["page_no"] = str(page_no)
+        if fix:
+            entry["fix"] = fix
         self.failures.append(entry)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +219,7 @@ class Indexer:
         batch_size: int,
         dpi: int,
         renderer: str,
+        passwords: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.assets = assets
@@ -221,6 +230,7 @@ class Indexer:
         self.batch_size = batch_size
         self.dpi = dpi
         self.renderer = renderer
+        self.passwords = passwords  # per file, for protected PDFs; used to open, never stored
         self._sources: dict[str, set[str]] | None = None  # source file -> its doc ids (lazy)
 
     def encode(
@@ -307,18 +317,16 @@ class Indexer:
             if isinstance(path, IngestError):
                 report.fail(path.path, path.reason)
                 continue
+            # the password travels inside RenderOptions, whose repr hides it (never logged)
+            render = RenderOptions(
+                dpi=self.dpi, renderer=self.renderer, password=password_for(path, self.passwords)
+            )
             try:
-                with open_document(path, dpi=self.dpi, renderer=self.renderer) as document:
-                    opener = partial(
-                        open_document,
-                        path,
-                        doc_id=document.doc_id,
-                        dpi=self.dpi,
-                        renderer=self.renderer,
-                    )
+                with open_document(path, render=render) as document:
+                    opener = partial(open_document, path, doc_id=document.doc_id, render=render)
                     state = self.resume_state(document, opener, metadata, report, seen)
             except IngestError as error:
-                report.fail(error.path, error.reason)
+                report.fail(error.path, error.reason, fix=error.fix)
                 continue
             seen.setdefault(document.doc_id, display_path(path))
             if bar is not None:

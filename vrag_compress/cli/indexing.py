@@ -126,11 +126,20 @@ def index(
         "cluster Ray finds, e.g. RAY_ADDRESS), host:port, ray://host:10001, or local (start "
         "one here). Commits stay in this process; see docs/distributed.md.",
     ),
+    passwords_file: Path | None = typer.Option(
+        None,
+        "--passwords-file",
+        metavar="FILE",
+        help="Passwords of protected PDFs, read from FILE (never typed in the command, never "
+        'stored): a JSON object {"name.pdf": "password"} or name<TAB>password lines; a name '
+        "matches a file's name or path. Default: the file VRAG_PDF_PASSWORDS names, if set.",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Index files into a compressed multi-vector index (re-running skips unchanged files;
     Ctrl-C keeps the committed pages and a re-run resumes)."""
     page_ocr = _page_ocr(ocr)
+    passwords = _passwords(passwords_file)
     if ray_address is not None:
         _check_ray()
     from vrag_compress.encoders import ModelNotFoundError, ReadsPageText
@@ -203,7 +212,12 @@ def index(
             before = vindex.store.count()
             try:
                 report = vindex.add(
-                    paths, metadata=extra, progress=not json_out, ocr=page_ocr, ray=ray_address
+                    paths,
+                    metadata=extra,
+                    progress=not json_out,
+                    ocr=page_ocr,
+                    ray=ray_address,
+                    passwords=passwords,
                 )
             except KeyboardInterrupt:
                 _interrupted(vindex, vindex.store.count() - before)
@@ -392,7 +406,8 @@ def _print_report(report: Any) -> None:
         )
     for failure in report.failures:
         where = failure["path"] + (f" page {failure['page_no']}" if "page_no" in failure else "")
-        err.print(f"[yellow]failed:[/] {escape(where)}: {escape(failure['reason'])}")
+        fix = f" ({cli_fix(failure['fix'])})" if failure.get("fix") else ""
+        err.print(f"[yellow]failed:[/] {escape(where)}: {escape(failure['reason'] + fix)}")
     ocr = report.ocr_summary()
     if ocr["pages"]:
         share = ocr["seconds"] / report.seconds if report.seconds else 0.0
@@ -406,6 +421,31 @@ def _print_report(report: Any) -> None:
             f"[yellow]OCR failed (page indexed without text):[/] {escape(failure['path'])} "
             f"page {failure['page_no']}: {escape(failure['reason'])}"
         )
+
+
+def cli_fix(fix: str) -> str:
+    """A failure's "how to fix" as this command takes it: a protected PDF's password goes in
+    the passwords file, not in a ``password=`` argument."""
+    return fix.replace(
+        "pass password=...", "give its password with --passwords-file FILE (or VRAG_PDF_PASSWORDS)"
+    ).replace("pass the right password=...", "correct its password in the passwords file")
+
+
+def _passwords(path: Path | None) -> dict[str, str] | None:
+    """``--passwords-file`` (else the file VRAG_PDF_PASSWORDS names), read before any work; a bad
+    file is a usage error naming the file and line, never a password."""
+    from vrag_compress.ingest.passwords import (
+        PASSWORDS_ENV,
+        PasswordFileError,
+        load_passwords,
+        passwords_from_env,
+    )
+
+    try:
+        return load_passwords(path) if path is not None else passwords_from_env()
+    except PasswordFileError as error:
+        hint = "--passwords-file" if path is not None else PASSWORDS_ENV
+        raise typer.BadParameter(str(error), param_hint=hint) from None
 
 
 def _page_ocr(mode: str) -> Any:

@@ -43,7 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from vrag_compress.index import VisualIndex
-from vrag_compress.ingest import SUPPORTED_SUFFIXES, IngestError, open_document
+from vrag_compress.ingest import (
+    SUPPORTED_SUFFIXES,
+    EncryptedPDFError,
+    IngestError,
+    open_document,
+)
 from vrag_compress.serve.guards import hide_root
 from vrag_compress.store import StoreError
 from vrag_compress.store.filters import check_user_metadata
@@ -120,6 +125,8 @@ class Job:
     failures: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
     resumed: bool = False
+    password: str | None = field(default=None, repr=False)
+    """A protected PDF's password, in memory only: `to_dict` and `save` leave it out."""
 
     @property
     def finished(self) -> bool:
@@ -318,10 +325,18 @@ class JobQueue:
 
     # ------------------------------------------------------------------ submitting
     def submit(
-        self, filename: str, save: Callable[[Path], None], metadata: dict[str, Any], max_pages: int
+        self,
+        filename: str,
+        save: Callable[[Path], None],
+        metadata: dict[str, Any],
+        max_pages: int,
+        *,
+        password: str | None = None,
     ) -> Job:
         """Save an upload (``save`` writes the bytes to the path it is given), check it is a
-        document within the page limit, and queue it. Raises `UploadError` (nothing is kept)."""
+        document within the page limit, and queue it. Raises `UploadError` (nothing is kept).
+        ``password`` opens a protected PDF; it stays in this process's memory until the job
+        ends and is never written to the job record."""
         name = safe_filename(filename)
         if Path(name).suffix.lower() not in SUPPORTED_SUFFIXES:
             kinds = " ".join(sorted(SUPPORTED_SUFFIXES))
@@ -338,7 +353,7 @@ class JobQueue:
         path = folder / name
         try:
             save(path)
-            doc_id, n_pages = _inspect(path, name)
+            doc_id, n_pages = _inspect(path, name, password)
             if n_pages > max_pages:
                 raise UploadError(
                     f"{name} has {n_pages} pages; this server takes at most {max_pages} "
@@ -346,6 +361,7 @@ class JobQueue:
                     413,
                 )
             job = Job(job_id, path, name, doc_id, n_pages, metadata=metadata, ocr=self.ocr)
+            job.password = password
             with self._jobs_lock:  # the writer's pick-up must not queue it a second time
                 job.save()
                 self.jobs[job_id] = job
@@ -497,7 +513,14 @@ class JobQueue:
         try:
             with self.open_writer() as writer:
                 writer.batch_size = upload_batch_size(job.n_pages, writer.batch_size)
-                report = writer.add([job.path], metadata=job.metadata, progress=False, ocr=job.ocr)
+                passwords = {str(job.path): job.password} if job.password else None
+                report = writer.add(
+                    [job.path],
+                    metadata=job.metadata,
+                    progress=False,
+                    ocr=job.ocr,
+                    passwords=passwords,
+                )
         except Exception as error:  # lock held by `vrag index`, disk full, model errors...
             log.exception("upload %s failed", job.id)
             job.error = self._reason(error)
@@ -507,6 +530,7 @@ class JobQueue:
             record = self.reader.store.document(job.doc_id)
             if job.doc_id in report.documents_skipped and record and record.source != str(job.path):
                 job.path.unlink(missing_ok=True)  # the same content was indexed from another file
+        job.password = None  # held no longer than the job runs
         job.pages_done = len(self.reader.store.page_ids(job.doc_id))
         if job.state == "running":
             job.state = "failed" if job.failures and job.pages_done == 0 else "done"
@@ -538,11 +562,15 @@ def _unreadable(error: OSError | ValueError) -> str:
     return f"unreadable {RECORD}: {error}"
 
 
-def _inspect(path: Path, name: str) -> tuple[str, int]:
+def _inspect(path: Path, name: str, password: str | None = None) -> tuple[str, int]:
     """(doc_id, pages) of an uploaded file, or `UploadError` with the reason (no server paths)."""
     try:
-        with open_document(path, text=False) as document:
+        with open_document(path, text=False, password=password) as document:
             return document.doc_id, int(document.n_pages)
+    except EncryptedPDFError as error:
+        what = "the right password" if password else "its password"
+        fix = f"send {what} in the upload's password field (the web page's PDF password box)"
+        raise UploadError(f"{name}: {error.reason} ({fix})", 422) from error
     except IngestError as error:
         raise UploadError(f"{name}: {error.reason} ({error.fix})", 422) from error
 

@@ -56,6 +56,11 @@ def delete_document(doc_id: str, server: Server = Depends(server_of)) -> dict[st
 def upload(
     file: UploadFile = File(..., description="A PDF or page image."),
     metadata: str | None = Form(None, description="JSON object stored on every page."),
+    password: str | None = Form(
+        None,
+        description="The PDF's password when it is protected: used to open it while it is "
+        "indexed, never stored (index, job record) nor logged.",
+    ),
     server: Server = Depends(server_of),
 ) -> dict[str, Any]:
     """Index an uploaded file in the background; poll ``GET /api/jobs/{job}``."""
@@ -73,7 +78,9 @@ def upload(
                 out.write(chunk)
 
     try:
-        job = server.jobs.submit(file.filename or "upload", save, extra, config.max_pages)
+        job = server.jobs.submit(
+            file.filename or "upload", save, extra, config.max_pages, password=password or None
+        )
     except UploadError as error:
         raise ApiError(error.status, str(error)) from error
     return {"job": job.id, "doc_id": job.doc_id, "filename": job.filename}

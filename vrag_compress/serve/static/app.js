@@ -339,6 +339,10 @@ async function upload(file) {
   }
   const form = new FormData();
   form.append("file", file);
+  // a protected PDF's password: sent with this upload only, never kept in the page or server
+  const password = $("upload-password").value;
+  if (password) form.append("password", password);
+  $("upload-password").value = "";
   const bar = $("upload-progress");
   bar.hidden = false;
   bar.value = 0;
