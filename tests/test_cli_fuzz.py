@@ -351,3 +351,11 @@ def test_show_out_without_an_image_extension_is_a_usage_error(env: dict[str, Pat
     result = run_cli("show", env["index"], "scotus-transcript-p1.pdf", "1", "--out", "page")
     assert_clean(result, 2)
     assert ".png" in result.output
+
+
+def test_search_neighbours_past_any_document_stops_at_its_last_page(env: dict[str, Path]) -> None:
+    """--neighbours 2**63-1 built a list of 2**64 page ids (the run never ended)."""
+    result = run_cli("search", env["index"], "court", "--neighbours", 2**63 - 1, "--json")
+    assert_clean(result, 0)
+    hits = json.loads(result.stdout)["hits"]
+    assert hits and all(h["context"] == [] for h in hits)  # a one-page document

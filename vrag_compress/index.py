@@ -542,11 +542,15 @@ class VisualIndex:
             return encode_query_image(picture, twin, self.compressor, compress=compress, ocr=ocr)
 
     def _attach_context(self, hits: list[Hit], n: int) -> None:
-        """Each hit's `context`: its document's pages within ``n`` of it, by their page ids."""
+        """Each hit's `context`: its document's pages within ``n`` of it, by their page ids
+        (no further than the document's last page, however large ``n`` is)."""
+        last = {doc_id: self._last_page(doc_id) for doc_id in {hit.doc_id for hit in hits}}
         around = {
             hit.page_id: [
                 default_page_id(hit.doc_id, number)
-                for number in range(max(1, hit.page_no - n), hit.page_no + n + 1)
+                for number in range(
+                    max(1, hit.page_no - n), min(hit.page_no + n, last[hit.doc_id]) + 1
+                )
                 if number != hit.page_no
             ]
             for hit in hits
@@ -556,6 +560,11 @@ class VisualIndex:
         for hit in hits:
             found = [records[i] for i in around[hit.page_id] if i in records]
             hit.context = [self._hit(r, score=float("nan")) for r in found]
+
+    def _last_page(self, doc_id: str) -> int:
+        """The highest page number a document can have (its page count, else the index's)."""
+        record = self.store.document(doc_id)
+        return record.n_pages if record is not None and record.n_pages else self.store.count()
 
     def _search(
         self,
