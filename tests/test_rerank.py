@@ -4,10 +4,12 @@ and LangChain rerankers (stored pages by their stored vectors, others encoded on
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from vrag_compress import (
     Page,
@@ -18,6 +20,7 @@ from vrag_compress import (
     rerank_order,
     rerank_scores,
 )
+from vrag_compress.cli import app as cli
 from vrag_compress.testing import WordEncoder
 
 TEXTS = [
@@ -97,3 +100,24 @@ def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_
     assert "bare text: nothing to score" in errors[1] and "image_path" in errors[1]
     assert "missing file: cannot render its page" in errors[2]
     assert rerank_order(scores)[:2] in ([1, 2], [2, 1]) and rerank_order(scores)[4:] == [4, 5, 6]
+
+
+@pytest.mark.slow
+def test_bench_rerank_on_a_cranfield_slice(shared_data, tmp_path):
+    """`vrag bench rerank`: BM25's candidates reranked by MaxSim on stored pages, the same
+    candidates scored on the fly as pages outside the index, and the JSON report."""
+    from tests.test_eval_runner import _cranfield_slice
+
+    folder = _cranfield_slice(shared_data, tmp_path / "cran", n_queries=4)
+    report = tmp_path / "rerank.json"
+    args = ["bench", "rerank", "--dataset", str(folder), "--depth", "5", "--on-the-fly", "1"]
+    result = CliRunner().invoke(cli, [*args, "--json", str(report), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(report.read_text())
+    assert found["queries"] == 4 and found["depth"] == 5 and found["index"]["method"] == "sap"
+    for run in ("bm25", "reranked", "maxsim"):
+        assert 0.0 <= found[run]["ndcg@10"] <= 1.0 and set(found[run]) >= {"ndcg@10", "mrr"}
+    assert found["bm25"] != found["reranked"]  # the candidates were reordered
+    assert found["on_the_fly"]["queries"] == 1
+    assert found["on_the_fly"]["max_abs_diff"] < 0.01  # stored fp16 vs freshly encoded float32
+    assert "reranked by MaxSim" in result.output

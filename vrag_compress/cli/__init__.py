@@ -20,6 +20,7 @@ import vrag_compress.bench.onnx  # noqa: F401
 import vrag_compress.bench.plaid  # noqa: F401
 import vrag_compress.bench.query  # noqa: F401
 import vrag_compress.bench.ray_scaling  # noqa: F401
+import vrag_compress.bench.rerank  # noqa: F401
 import vrag_compress.bench.retention  # noqa: F401
 import vrag_compress.bench.serve  # noqa: F401
 import vrag_compress.bench.store  # noqa: F401
