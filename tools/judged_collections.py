@@ -6,6 +6,10 @@ them, so these are built from what is (docs/retention.md, "Which queries"):
 - ``cranfield-variants SRC OUT``: Cranfield's real queries and judgments over changed pages,
   ``OUT/cran_short`` (the title and the first two sentences of the abstract) and
   ``OUT/cran_body`` (the abstract without its title).
+- ``cranfield-tail SRC OUT``: Cranfield's real queries and judgments over the abstract without
+  its title and first sentence (``OUT``; a one-sentence abstract stays whole): short
+  abstract-like pages without the lead that states their topic. Built after the adaptive
+  budget's check was changed, to hold it out on pages it was not designed on.
 - ``cranfield-keywords SRC OUT``: Cranfield's pages and judgments, each question cut to the
   ``QUERY_KEYWORDS`` words of it that the fewest documents contain (of its words that at least
   two documents contain and that are not English stop words, scikit-learn's list: the words a
@@ -81,6 +85,20 @@ def cranfield_variants(src: Path, out: Path) -> list[Path]:
     return written
 
 
+def cranfield_tail(src: Path, out: Path) -> Path:
+    """``out``: Cranfield's queries and judgments over each abstract without its title and
+    first sentence (see the module)."""
+    pages = []
+    for doc in read_jsonl(src / "corpus.jsonl"):
+        title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
+        body = text[len(title) :].strip() if title and text.startswith(title) else text
+        sentences = [s for s in SENTENCE.split(body) if s]
+        rest = " ".join(sentences[1:]) if len(sentences) > 1 else body
+        pages.append({"_id": doc["_id"], "title": "", "text": rest})
+    _write_beir(out, pages, read_jsonl(src / "queries.jsonl"), _read_qrels(src))
+    return out
+
+
 def cranfield_keywords(src: Path, out: Path, pages: Path | None = None) -> Path:
     """``out``: Cranfield's judgments and pages (or those of ``pages``), its questions cut to
     their rarest words in Cranfield's own pages."""
@@ -150,6 +168,9 @@ def main() -> None:
     variants = sub.add_parser("cranfield-variants", help="cran_short and cran_body under OUT")
     variants.add_argument("src", type=Path, help="the Cranfield BEIR folder")
     variants.add_argument("out", type=Path)
+    tail = sub.add_parser("cranfield-tail", help="Cranfield's abstracts without title and lead")
+    tail.add_argument("src", type=Path, help="the Cranfield BEIR folder")
+    tail.add_argument("out", type=Path)
     keywords = sub.add_parser("cranfield-keywords", help="Cranfield asked as keyword searches")
     keywords.add_argument("src", type=Path, help="the Cranfield BEIR folder")
     keywords.add_argument("out", type=Path)
@@ -160,6 +181,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "cranfield-variants":
         written = cranfield_variants(args.src, args.out)
+    elif args.what == "cranfield-tail":
+        written = [cranfield_tail(args.src, args.out)]
     elif args.what == "cranfield-keywords":
         written = [cranfield_keywords(args.src, args.out, args.pages)]
     else:

@@ -78,6 +78,12 @@ BRACKET_NOTE = (
     "±0.09 on topical questions and up to 0.24 above on keyword lookups: read the lead figure "
     "for questions, the keyword figure for lookups and the two as the range when users do both"
 )
+RANGE_ADVICE = (
+    "range: how much a method keeps lies between the topical-question (lead) and the lookup "
+    "(keyword) figure depending on how your users ask; a figure on your users' own questions "
+    "settles it: pass --queries-file FILE (one question a line), or --judged QRELS for judged "
+    "retention"
+)
 KEYWORDS = 1
 KEYWORD_SHARE = 0.005
 """A keyword must be on at least this share of the sampled pages (and on 2): 2 of the 400 pages
@@ -163,35 +169,74 @@ class RetentionEstimate:
 
     def recommend(self, target: float = 0.97, min_pages: int = MIN_PAGES_TO_RECOMMEND) -> str:
         """The smallest ratio (then the best method) whose estimate keeps ``target``; nothing
-        on fewer than ``min_pages`` sampled pages, where the intervals cannot tell them apart."""
+        on fewer than ``min_pages`` sampled pages, where the intervals cannot tell them apart.
+        With lead and keyword figures (`row_range`) a row is recommended only when the whole
+        range keeps ``target``: how users ask is unknown, and each end was right for one way
+        of asking."""
         if self.n_pages < min_pages:
             return (
                 f"keep >= {target:g}: no recommendation from {self.n_pages} sampled pages; "
                 f"below {min_pages} the estimates' intervals are too wide to choose a method by "
                 "(the table is indicative only: index more pages, or raise --sample)"
             )
-        fits = [r for r in self.rows if r.estimated >= target]
+        fits = [r for r in self.rows if row_range(r)[0] >= target]
         if not fits:
-            best = max(self.rows, key=lambda r: (r.estimated, r.ratio))
-            return (
-                f"keep >= {target:g}: no method and ratio tried reaches it; the best is "
-                f"{best.method} at {best.ratio:g} (estimated {best.estimated:.3f})"
-            )
-        pick = min(fits, key=lambda r: (r.tokens_per_page, -r.estimated))
+            return self._unsettled(target)
+        pick = min(fits, key=lambda r: (r.tokens_per_page, -row_range(r)[0]))
+        low, high = row_range(pick)
+        figure = (
+            f"between {low:.3f} and {high:.3f} depending on how your users ask"
+            if pick.keyword is not None
+            else f"estimated {pick.estimated:.3f}"
+        )
         return (
-            f"keep >= {target:g}: use {pick.method} at {pick.ratio:g} (estimated "
-            f"{pick.estimated:.3f}, {pick.tokens_per_page:.1f} vectors per page)"
+            f"keep >= {target:g}: use {pick.method} at {pick.ratio:g} ({figure}, "
+            f"{pick.tokens_per_page:.1f} vectors per page)"
+        )
+
+    def _unsettled(self, target: float) -> str:
+        """What to say when no row keeps ``target`` over its whole range."""
+        maybe = [r for r in self.rows if row_range(r)[1] >= target]
+        if maybe:
+            pick = min(maybe, key=lambda r: (r.tokens_per_page, -row_range(r)[1]))
+            low, high = row_range(pick)
+            return (
+                f"keep >= {target:g}: not settled without your questions: {pick.method} at "
+                f"{pick.ratio:g} keeps between {low:.3f} and {high:.3f} depending on how your "
+                f"users ask ({pick.estimated:.3f} for topical questions, {pick.keyword:.3f} for "
+                "name or keyword lookups). To settle it, pass --queries-file with questions your "
+                "users ask (a log, or a list you care about), or --judged with a few dozen judged "
+                "ones"
+            )
+        best = max(self.rows, key=lambda r: (row_range(r)[1], r.ratio))
+        return (
+            f"keep >= {target:g}: no method and ratio tried reaches it; the best is "
+            f"{best.method} at {best.ratio:g} (estimated {best.estimated:.3f})"
+        )
+
+    def recommends(self, target: float = 0.97) -> bool:
+        """Whether `recommend` names a method and ratio."""
+        return self.n_pages >= MIN_PAGES_TO_RECOMMEND and any(
+            row_range(r)[0] >= target for r in self.rows
         )
 
     def to_dict(self, target: float = 0.97) -> dict[str, Any]:
         out = asdict(self)
         out["recommendation"] = self.recommend(target)
-        out["recommends"] = self.n_pages >= MIN_PAGES_TO_RECOMMEND
+        out["recommends"] = self.recommends(target)
         out["target"] = target
         return out
 
     def to_json(self, target: float = 0.97) -> str:
         return json.dumps(self.to_dict(target), indent=2)
+
+
+def row_range(row: EstimateRow) -> tuple[float, float]:
+    """(low, high) of a row's label-free figures: its lead and keyword estimates when it has
+    both, else its one estimate at both ends."""
+    if row.keyword is None:
+        return row.estimated, row.estimated
+    return min(row.estimated, row.keyword), max(row.estimated, row.keyword)
 
 
 # --------------------------------------------------------------------------- pseudo-queries
@@ -850,7 +895,7 @@ def _folder_pages(path: Path, sample: int, seed: int) -> Sample:
     for i, (doc, _) in enumerate(counts):
         wanted = drawn[(drawn >= starts[i]) & (drawn < starts[i + 1])] - starts[i] + 1
         if len(wanted):
-            kept += _render_pages(doc, [int(n) for n in wanted])
+            kept += render_pages(doc, [int(n) for n in wanted])
     return [p.text for p in kept], [p.image for p in kept], total
 
 
@@ -867,7 +912,7 @@ def _page_counts(documents: list[Path]) -> list[tuple[Path, int]]:
     return counts
 
 
-def _render_pages(path: Path, page_nos: list[int]) -> list[Any]:
+def render_pages(path: Path, page_nos: list[int]) -> list[Any]:
     from vrag_compress.ingest import IngestError, open_document
 
     pages = []
@@ -907,7 +952,7 @@ def bracketed(lead: RetentionEstimate, keyword: RetentionEstimate) -> RetentionE
         for row, other in zip(lead.rows, keyword.rows, strict=True)
     ]
     advice = [POOL_ADVICE] if keyword.draws == 1 else []
-    return replace(lead, rows=rows, notes=[*lead.notes, BRACKET_NOTE, *advice])
+    return replace(lead, rows=rows, notes=[*lead.notes, BRACKET_NOTE, RANGE_ADVICE, *advice])
 
 
 def _estimate_kind(

@@ -200,6 +200,157 @@ def print_rows(rows: list[dict[str, Any]], order: dict[str, bool], console) -> N
     )
 
 
+def label_free(
+    data: Any,
+    corpus: Any,
+    model: Any,
+    kind: str,
+    methods: list[str],
+    ratios: list[float],
+    sample: int,
+    seed: int,
+    draws: int,
+    neighbours: int,
+    relevance: str,
+    sample_only: bool,
+) -> list[Any]:
+    """The label-free estimate of one pseudo-query ``kind`` on each of ``draws`` page samples."""
+    from vrag_compress.estimate import cloze_queries, estimate_pages
+
+    results = []
+    for draw_seed in range(seed, seed + draws):
+        rng = np.random.default_rng(draw_seed)
+        picked = sorted(rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), False))
+        texts = [data.docs[corpus.doc_ids[i]] for i in picked]
+        results.append(
+            estimate_pages(
+                cloze_queries(texts, model, draw_seed, kind),
+                methods,
+                ratios,
+                n_layers=corpus.n_layers,
+                encoder_name=corpus.model_id,
+                neighbours=neighbours,
+                relevance=relevance,
+                collection_pages=None if sample_only else len(corpus.doc_ids),
+            )
+        )
+    return results
+
+
+def add_range(rows: list[dict[str, Any]], kinds: list[Any]) -> None:
+    """Each row's label-free range: ``range_low`` / ``range_high`` over the kinds' estimates
+    (lead and keyword with ``--queries both``; one kind: its estimate at both ends), each kind's
+    figure under its name when there are two."""
+    for row, at in zip(rows, zip(*(k.rows for k in kinds), strict=True), strict=True):
+        values = [r.estimated for r in at]
+        row["range_low"], row["range_high"] = float(min(values)), float(max(values))
+        if len(kinds) > 1:
+            row.update({k.query_kind: r.estimated for k, r in zip(kinds, at, strict=True)})
+        truth = row["measured"]
+        nearer = min(abs(truth - row["range_low"]), abs(truth - row["range_high"]))
+        inside = row["range_low"] <= truth <= row["range_high"]
+        row["outside_range_by"] = 0.0 if inside else float(nearer)
+
+
+def add_judged_sample(
+    rows: list[dict[str, Any]], judged: dict[str, np.ndarray], n: int, seed: int, repeats: int = 200
+) -> dict[str, Any]:
+    """``judged_low`` / ``judged_high`` per row: the 90% interval from ``n`` random judged
+    questions (seeded), and whether it covers the figure from all of them; the summary also
+    says how often it covered over ``repeats`` other draws of ``n`` questions."""
+    from vrag_compress.estimate import retention_interval
+
+    full = judged["uncompressed"]
+    if n > len(full):
+        raise typer.BadParameter(
+            f"{n} questions asked, the dataset has {len(full)} judged", param_hint="--judged-sample"
+        )
+    rng = np.random.default_rng(seed)
+    draws = [rng.choice(len(full), n, replace=False) for _ in range(repeats)]
+    covered, widths = [], []
+    for row in rows:
+        per = judged[f"{row['method']}@{row['ratio']:g}"]
+        hits = []
+        for i, picked in enumerate(draws):
+            low, high = retention_interval(per[picked], full[picked], seed)
+            hits.append(bool(low <= row["measured"] <= high))
+            if i == 0:
+                row.update(judged_low=low, judged_high=high, judged_sample_covers=hits[0])
+                widths.append(high - low)
+        covered.append(float(np.mean(hits)))
+    return {
+        "n_questions": n,
+        "cells": len(rows),
+        "cells_covered": int(sum(r["judged_sample_covers"] for r in rows)),
+        "mean_width": float(np.mean(widths)),
+        "coverage_over_draws": float(np.mean(covered)),
+        "draws": repeats,
+    }
+
+
+def add_on_questions(
+    rows: list[dict[str, Any]],
+    data: Any,
+    corpus: Any,
+    model: Any,
+    queries_file: Path | None,
+    judged_file: Path | None,
+    methods: list[str],
+    ratios: list[float],
+    sample: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The figures of `vrag estimate --queries-file / --judged` on ``sample`` corpus pages
+    (plus the judged ones), added to each row: ``agreement_overlap`` / ``agreement_ndcg``
+    (with ``_low`` / ``_high``) and ``sampled_judged`` (with ``_low`` / ``_high``)."""
+    from vrag_compress.estimate import EstimateError
+    from vrag_compress.estimate_queries import judged_gains, measure, read_judged, read_questions
+
+    try:
+        asked = read_questions(queries_file) if queries_file is not None else []
+        questions, qrels = read_judged(judged_file) if judged_file is not None else ([], {})
+    except EstimateError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--queries-file / --judged") from exc
+    wanted = {doc for per in qrels.values() for doc in per}
+    index = {d: i for i, d in enumerate(corpus.doc_ids)}
+    forced = {index[d] for d in wanted if d in index}
+    rng = np.random.default_rng(seed)
+    drawn = rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), replace=False)
+    picked = sorted(forced.union(int(i) for i in drawn))
+    ids = [(corpus.doc_ids[i],) for i in picked]
+    questions = [(q, t) for q, t in questions if any(d in index for d in qrels[q])]
+    texts = [t for _, t in asked] + [t for _, t in questions]
+    gains = judged_gains(ids, [q for q, _ in questions], qrels) if questions else None
+    measured = measure(
+        [corpus.pages[i] for i in picked],
+        list(model.encode_queries(texts)),
+        methods,
+        ratios,
+        n_layers=corpus.n_layers,
+        model_id=corpus.model_id,
+        gains=gains,
+        judged_rows=range(len(asked), len(texts)),
+        collection_pages=len(corpus.doc_ids),
+        seed=seed,
+    )
+    for row, got in zip(rows, measured, strict=True):
+        row.update(
+            agreement_overlap=got.overlap,
+            agreement_overlap_low=got.overlap_low,
+            agreement_overlap_high=got.overlap_high,
+            agreement_ndcg=got.ndcg,
+            agreement_ndcg_low=got.ndcg_low,
+            agreement_ndcg_high=got.ndcg_high,
+        )
+        if got.judged is not None:
+            row.update(
+                sampled_judged=got.judged,
+                sampled_judged_low=got.judged_low,
+                sampled_judged_high=got.judged_high,
+            )
+    return {"n_pages": len(picked), "n_questions": len(texts), "n_judged": len(questions)}
+
+
 @bench_app.command("estimate")
 def estimate(
     dataset: str = typer.Option(..., help="BEIR folder with judged queries (text corpus)"),
@@ -208,7 +359,31 @@ def estimate(
     ratios: str = typer.Option("0.25 0.1 0.05", help="keep ratios, space/comma separated"),
     sample: int = typer.Option(400, help="corpus pages the estimate samples"),
     draws: int = typer.Option(1, min=1, help="page samples (seeds seed, seed+1, ...) averaged"),
-    queries: str = typer.Option("lead", help="pseudo-queries: 'lead', 'keyword' or 'sentence'"),
+    queries: str = typer.Option(
+        "lead",
+        help="pseudo-queries: 'lead', 'keyword', 'sentence' or 'both' (lead and keyword: each "
+        "row's range_low / range_high is the label-free range between them)",
+    ),
+    queries_file: Path | None = typer.Option(
+        None,
+        "--queries-file",
+        help="questions (one a line, or JSONL with text): each row adds the agreement of the "
+        "compressed with the uncompressed ranking on them, over the sampled pages",
+    ),
+    judged_file: Path | None = typer.Option(
+        None,
+        "--judged",
+        help="judgments (qrels TSV with queries.jsonl beside it, or a BEIR folder): each row adds "
+        "the judged retention measured as `vrag estimate --judged` does (judged pages plus the "
+        "sample), beside the one over every page",
+    ),
+    judged_sample: int | None = typer.Option(
+        None,
+        "--judged-sample",
+        min=2,
+        help="each row adds judged_low / judged_high: the 90%% interval of the judged retention "
+        "from this many random judged questions, and whether it covers the all-question figure",
+    ),
     neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),
     relevance: str = typer.Option(
         DEFAULT_RELEVANCE, help="'own': the own page counts (gain 2); 'away': left out"
@@ -237,11 +412,11 @@ def estimate(
 
     from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
     from vrag_compress.bench.paths import load_dataset_option
-    from vrag_compress.estimate import QUERY_KINDS, RELEVANCE, cloze_queries, estimate_pages
+    from vrag_compress.estimate import QUERY_CHOICES, RELEVANCE
     from vrag_compress.progress import task_progress
 
-    if queries not in QUERY_KINDS:
-        raise typer.BadParameter(f"choose {' or '.join(QUERY_KINDS)}", param_hint="--queries")
+    if queries not in QUERY_CHOICES:
+        raise typer.BadParameter(f"choose {', '.join(QUERY_CHOICES)}", param_hint="--queries")
     if relevance not in RELEVANCE:
         raise typer.BadParameter(f"choose {' or '.join(RELEVANCE)}", param_hint="--relevance")
     if half not in HALVES:
@@ -274,25 +449,44 @@ def estimate(
     if half != "all":
         measured, judged = judged_half(measured, judged, half, seed)
     measured_at = time.perf_counter()
-    results = []
-    for draw_seed in range(seed, seed + draws):
-        rng = np.random.default_rng(draw_seed)
-        picked = sorted(rng.choice(len(corpus.doc_ids), min(sample, len(corpus.doc_ids)), False))
-        texts = [data.docs[corpus.doc_ids[i]] for i in picked]
-        results.append(
-            estimate_pages(
-                cloze_queries(texts, model, draw_seed, queries),
-                method_list,
-                ratio_list,
-                n_layers=corpus.n_layers,
-                encoder_name=corpus.model_id,
-                neighbours=neighbours,
-                relevance=relevance,
-                collection_pages=None if sample_only else len(corpus.doc_ids),
-            )
+    kinds = ("lead", "keyword") if queries == "both" else (queries,)
+    per_kind = {
+        kind: label_free(
+            data,
+            corpus,
+            model,
+            kind,
+            method_list,
+            ratio_list,
+            sample,
+            seed,
+            draws,
+            neighbours,
+            relevance,
+            sample_only,
         )
+        for kind in kinds
+    }
+    results = per_kind[kinds[0]]
     result = averaged(results)
     rows = compare(results, measured, judged, seed)
+    add_range(rows, [averaged(per_kind[k]) for k in kinds])
+    extra: dict[str, Any] = {}
+    if judged_sample is not None:
+        extra["judged_sample"] = add_judged_sample(rows, judged, judged_sample, seed)
+    if queries_file is not None or judged_file is not None:
+        extra["on_questions"] = add_on_questions(
+            rows,
+            data,
+            corpus,
+            model,
+            queries_file,
+            judged_file,
+            method_list,
+            ratio_list,
+            sample,
+            seed,
+        )
     order = same_order(rows)
     pairs = order_pairs(rows, judged, seed)
     print_rows(rows, order, console)
@@ -327,6 +521,7 @@ def estimate(
             "window": measured["window"],
             "half": half,
         },
+        **extra,
         "timing_s": {
             "measured": round(measured_at - started, 1),
             "total": round(time.perf_counter() - started, 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,8 @@ def check_methods(text: str) -> list[str]:
 
 
 def print_estimate(result, target: float, console: Console) -> None:  # noqa: ANN001
+    from vrag_compress.estimate import row_range
+
     samples = f" x {result.draws} samples" if result.draws > 1 else ""
     table = Table(
         title=f"estimated retention · {result.n_pages} pages{samples} · {result.n_queries} "
@@ -56,12 +59,18 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
     )
     columns = ("method", "ratio", "vectors/page", "estimated retention@10", "90% interval")
     both = any(row.keyword is not None for row in result.rows)
-    keyword = ("keyword lookups (90%)",) if both else ()
+    keyword = ("keyword lookups (90%)", "range: how users ask") if both else ()
     for col in (*columns, *keyword, "SR", "top-10 kept"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in result.rows:
+        low, high = row_range(row)
         lookups = (
-            (f"{row.keyword:.3f} ({row.keyword_low:.3f}-{row.keyword_high:.3f})",) if both else ()
+            (
+                f"{row.keyword:.3f} ({row.keyword_low:.3f}-{row.keyword_high:.3f})",
+                f"{low:.3f}-{high:.3f}",
+            )
+            if both
+            else ()
         )
         table.add_row(
             row.method,
@@ -79,6 +88,34 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
     console.print(result.recommend(target))
 
 
+def print_on_questions(result, target: float, console: Console) -> None:  # noqa: ANN001
+    judged = result.n_judged > 0
+    table = Table(
+        title=f"on your questions · {result.n_pages} of {result.collection_pages} pages · "
+        f"{result.n_queries} questions ({result.n_judged} judged) · {result.encoder}"
+    )
+    columns = ["method", "ratio", "vectors/page", "top-10 kept (90%)", "NDCG@10 vs uncompressed"]
+    if judged:
+        columns.append("judged retention@10 (90%)")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for row in result.rows:
+        cells = [
+            row.method,
+            f"{row.ratio:g}",
+            f"{row.tokens_per_page:.1f}",
+            f"{row.overlap:.3f} ({row.overlap_low:.3f}-{row.overlap_high:.3f})",
+            f"{row.ndcg:.3f} ({row.ndcg_low:.3f}-{row.ndcg_high:.3f})",
+        ]
+        if judged:
+            cells.append(f"{row.judged:.3f} ({row.judged_low:.3f}-{row.judged_high:.3f})")
+        table.add_row(*cells)
+    console.print(fit_table(table, console))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    console.print(result.recommend(target))
+
+
 @app.command("estimate")
 def estimate(
     source: Path = typer.Argument(..., help="An index folder, or a folder / file of documents."),
@@ -86,7 +123,12 @@ def estimate(
     methods: str = typer.Option(
         "sap,uot,random", help="Methods, comma separated, with parameters as name:key=value."
     ),
-    sample: int = typer.Option(300, min=2, help="Pages to sample."),
+    sample: int | None = typer.Option(
+        None,
+        min=2,
+        help="Pages to sample (default 300; 500 with --queries-file or --judged, which also "
+        "take every judged page).",
+    ),
     target: float = typer.Option(0.97, help="Retention to recommend a method and ratio for."),
     model: str | None = typer.Option(
         None, help="Encoder for a folder (default the index default); an index uses its own."
@@ -103,11 +145,26 @@ def estimate(
         5, min=0, help="Pages nearest a pseudo-query's own page that count as partly relevant."
     ),
     queries: str = typer.Option(
-        "lead",
-        help="Pseudo-queries like your users' queries: 'lead' (each page's title, heading or "
-        "first sentence: topical questions), 'keyword' (the page's rarest word that another "
-        "page shares, taken out of the page: name, tag and keyword lookups), 'both' (lead, "
-        "with keyword beside it: the range between the two) or 'sentence' (a random sentence).",
+        "both",
+        help="Label-free pseudo-queries: 'both' (the default: lead, with keyword beside it, the "
+        "range between how topical questions and lookups fare), 'lead' (each page's title, "
+        "heading or first sentence: topical questions), 'keyword' (the page's rarest word that "
+        "another page shares, taken out of the page: name, tag and keyword lookups) or "
+        "'sentence' (a random sentence).",
+    ),
+    queries_file: Path | None = typer.Option(
+        None,
+        "--queries-file",
+        help="Your users' questions (one a line, or JSONL with 'text'): measure on them how "
+        "much of the uncompressed top 10 each method keeps (overlap, and NDCG@10 with the "
+        "uncompressed ranking as truth), instead of the label-free estimate.",
+    ),
+    judged: Path | None = typer.Option(
+        None,
+        "--judged",
+        help="Judgments: a qrels TSV (query-id, corpus-id, score) with queries.jsonl beside it, "
+        "or a BEIR folder; corpus ids are page ids (doc:page), document ids or file names. "
+        "Adds the judged retention@10 on those questions; a few dozen are enough to choose.",
     ),
     relevance: str = typer.Option(
         "own",
@@ -125,9 +182,11 @@ def estimate(
         False, "--json", help="Print machine-readable JSON on stdout (no table, no progress)."
     ),
 ) -> None:
-    """Estimate, without labels, how much retrieval quality each method keeps at each ratio:
-    pseudo-queries from sampled pages, compressed vs uncompressed MaxSim rankings. Below 100
-    sampled pages it shows the table but recommends nothing (the intervals are too wide)."""
+    """Estimate how much retrieval quality each method keeps at each ratio. Without labels:
+    pseudo-queries from sampled pages, as a range between topical questions and lookups,
+    compressed vs uncompressed MaxSim rankings; below 100 sampled pages it shows the table but
+    recommends nothing (the intervals are too wide). With --queries-file: the agreement on
+    your users' questions; with --judged: the judged retention@10 on judged questions."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import EncoderLoadError
     from vrag_compress.estimate import (
@@ -152,6 +211,21 @@ def estimate(
         )
     if not source.exists():
         raise typer.BadParameter(f"no such index, folder or file: {source}", param_hint="SOURCE")
+    if queries_file is not None or judged is not None:
+        _on_questions(
+            source,
+            queries_file,
+            judged,
+            method_list,
+            ratio_list,
+            sample,
+            seed,
+            model,
+            device,
+            target,
+            json_out,
+        )
+        return
     try:
         kinds = 2 if queries == BOTH else 1
         steps = draws * kinds * (len(method_list) * len(ratio_list) + 1)
@@ -160,7 +234,7 @@ def estimate(
                 source,
                 methods=method_list,
                 ratios=ratio_list,
-                sample=sample,
+                sample=sample or 300,
                 seed=seed,
                 model=model,
                 device=device,
@@ -184,6 +258,56 @@ def estimate(
         typer.echo(result.to_json(target))
     else:
         print_estimate(result, target, out)
+
+
+def _on_questions(
+    source: Path,
+    queries_file: Path | None,
+    judged: Path | None,
+    methods: list[str],
+    ratios: list[float],
+    sample: int | None,
+    seed: int,
+    model: str | None,
+    device: str,
+    target: float,
+    json_out: bool,
+) -> None:
+    """`vrag estimate --queries-file / --judged`: the figures on the user's own questions."""
+    from vrag_compress.compress import CompressionError
+    from vrag_compress.encoders import EncoderLoadError
+    from vrag_compress.estimate import EstimateError
+    from vrag_compress.estimate_queries import DEFAULT_QUERY_SAMPLE, estimate_on_queries
+    from vrag_compress.index import VisualIndexError
+    from vrag_compress.store import StoreError
+
+    try:
+        with _steps(len(methods) * len(ratios) + 1, enabled=not json_out) as step:
+            result = estimate_on_queries(
+                source,
+                queries_file=queries_file,
+                judged=judged,
+                methods=methods,
+                ratios=ratios,
+                sample=sample or DEFAULT_QUERY_SAMPLE,
+                seed=seed,
+                model=model,
+                device=device,
+                progress=step,
+            )
+    except (
+        EstimateError,
+        CompressionError,
+        EncoderLoadError,  # a model that cannot load (missing, a bad st: folder, no such device)
+        VisualIndexError,
+        StoreError,
+    ) as exc:
+        err.print(f"error: {exc}")
+        raise typer.Exit(1) from exc
+    if json_out:
+        typer.echo(json.dumps(result.to_dict(target), indent=2))
+    else:
+        print_on_questions(result, target, out)
 
 
 @contextmanager
