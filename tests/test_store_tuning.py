@@ -38,13 +38,17 @@ def test_touched_scores_read_only_the_probed_lists(trained, nprobe):
     assert np.allclose(dense[untouched], floor.sum(), atol=1e-4)
 
 
-def test_splitting_query_tokens_over_threads_changes_no_score(trained):
-    """Scores are exact float64 sums, so the candidate set a lone query gets on two threads is
-    the one it gets on one thread inside a batch (no last-bit differences at the cut)."""
+def test_splitting_pages_over_threads_changes_no_score(trained, monkeypatch):
+    """Threads own ranges of pages and add each page's gains in the same order, so the
+    candidate set a lone query gets on two threads is the one it gets on one thread inside a
+    batch (no last-bit differences at the cut), and every list entry is read by one thread."""
+    from vrag_compress.store import kernels
+
+    monkeypatch.setattr(kernels, "MIN_ENTRIES_PER_THREAD", 1)  # split even these small lists
     index, tokens, bounds = trained
     for q in queries_from(tokens, bounds, 5):
         one = index.touched_scores(q, 8, threads=1)
-        for threads in (2, 3):
+        for threads in (2, 3, 7):
             split = index.touched_scores(q, 8, threads=threads)
             assert np.array_equal(one[0], split[0]) and np.array_equal(one[1], split[1])
             assert one[2] == split[2]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 import zlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -37,8 +38,8 @@ import numpy as np
 from vrag_compress.store import centroids as cz
 from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.kernels import byte_table, coded_maxsim, decode_rows
-from vrag_compress.store.maxsim import gather_pages, parallel_map
+from vrag_compress.store.kernels import CODED_SCORE_BAND, byte_table, coded_maxsim, decode_rows
+from vrag_compress.store.maxsim import gather_pages
 from vrag_compress.store.token_rows import LazyTokens
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,8 @@ class CandidateIndex:
         )
         self._check_shapes()
         self._kernel_arrays: tuple[Any, ...] | None = None
+        self._norm_bound: float | None = None
+        self._sims = threading.local()
 
     @classmethod
     def open(cls, root: Path, manifest: dict[str, Any]) -> CandidateIndex:
@@ -376,32 +379,30 @@ class CandidateIndex:
         its codes), their approximate scores (float64), and the score of every other slot.
 
         The query is probed in one product (its own shape, so the same bits alone or in a
-        batch); a page's score is a sum over query tokens, so ``threads > 1`` reads the lists
-        of groups of tokens on their own threads and adds the groups' exact float64 sums."""
-        cells, cell_scores, floor = cz.probe(query, self.centroids, nprobe)
-        groups = np.array_split(np.arange(len(query)), min(max(threads, 1), len(query)))
-        if len(groups) <= 1:
-            return self.probed_scores(cells, cell_scores, floor)
-        parts = parallel_map(
-            lambda rows: self.probed_scores(cells[rows], cell_scores[rows], floor[rows]),
-            groups,
-            len(groups),
-        )
-        total = np.zeros(self.n_slots, dtype=np.float64)  # float64: exact in any grouping
-        named = np.zeros(self.n_slots, dtype=bool)
-        for slots, scores, floor_sum in parts:
-            total[slots] += scores - floor_sum
-            named[slots] = True
-        floor_sum = sum(p[2] for p in parts)
-        touched = np.flatnonzero(named)
-        return touched, total[touched] + floor_sum, floor_sum
+        batch); ``threads > 1`` split the base pages into ranges (`kernels.list_gains`: the
+        same sums in the same order on any number of threads)."""
+        probed = cz.probe(query, self.centroids, nprobe, self.query_sims(query))
+        return self.probed_scores(*probed, threads=threads)
+
+    def query_sims(self, query: np.ndarray) -> np.ndarray:
+        """``query @ centroids.T`` (float32 ``[M, K]``), kept for the last query of each thread:
+        the candidate stage and the rerank of one search both need it (at 65k cells it is a
+        third of a reranked page set's work). Matched by the query's values, not its object,
+        so a caller refilling one array between searches never gets another query's product."""
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        kept = getattr(self._sims, "kept", None)
+        if kept is not None and kept[0].shape == query.shape and np.array_equal(kept[0], query):
+            return kept[1]
+        sims = query @ self.centroids.T
+        self._sims.kept = (query.copy(), sims)
+        return sims
 
     def probed_scores(
-        self, cells: np.ndarray, cell_scores: np.ndarray, floor: np.ndarray
+        self, cells: np.ndarray, cell_scores: np.ndarray, floor: np.ndarray, threads: int = 1
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """`touched_scores` of a query already probed (`centroids.probe`)."""
         slots, scores = cz.touched_scores(
-            cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids)
+            cells, cell_scores, floor, self.indptr, self.lists, len(self.base.pids), threads
         )
         floor_sum = float(floor.sum(dtype=np.float64))
         if len(self.tail.pids) == 0:
@@ -409,6 +410,16 @@ class CandidateIndex:
         tail = cz.code_scores(cells, cell_scores, floor, self.tail.codes, self.tail.bounds, self.k)
         tail_slots = len(self.base.pids) + np.arange(len(tail), dtype=np.int64)
         return np.concatenate([slots, tail_slots]), np.concatenate([scores, tail]), floor_sum
+
+    def token_norm_bound(self) -> float:
+        """No decoded token is longer than this: the longest centroid plus the longest residual
+        the codec can produce (per dimension its largest bucket value)."""
+        if self._norm_bound is None:
+            longest = float(np.sqrt((self.centroids.astype(np.float64) ** 2).sum(axis=1).max()))
+            weights = np.zeros((1, 1)) if self.codec is None else self.codec.weights
+            resid = float(np.sqrt((np.abs(weights).astype(np.float64).max(axis=1) ** 2).sum()))
+            self._norm_bound = longest + resid
+        return self._norm_bound
 
     def decode(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Approximate float32 tokens of the given slots (residual codes) and their bounds."""
@@ -537,4 +548,10 @@ class CodedTokens(LazyTokens):
         pages = np.asarray(pages, dtype=np.int64)
         starts = self.starts[pages]
         lengths = self.bounds[pages + 1] - self.bounds[pages]
-        return coded_maxsim(q, self.index, starts, lengths, threads)
+        return coded_maxsim(q, self.index, starts, lengths, threads, self.index.query_sims(q))
+
+    def maxsim_error(self, q: np.ndarray) -> float:
+        """The most a `maxsim` score can differ from the decoded page's (fp16 rows): per query
+        token 2^-11 of |q_m| times the largest norm a decoded token can have."""
+        norms = np.linalg.norm(np.asarray(q, dtype=np.float64), axis=1)
+        return CODED_SCORE_BAND * float(norms.sum()) * self.index.token_norm_bound()

@@ -280,11 +280,13 @@ def build_lists(codes: np.ndarray, bounds: np.ndarray, k: int) -> tuple[np.ndarr
 
 
 def probe(
-    query: np.ndarray, centroids: np.ndarray, nprobe: int
+    query: np.ndarray, centroids: np.ndarray, nprobe: int, sims: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each query token's ``nprobe`` best cells ``[M, n]``, their scores, and the imputed score
-    of an unprobed cell (the ``(nprobe+1)``-th best; the worst cell when all are probed)."""
-    sims = np.asarray(query, dtype=np.float32) @ centroids.T  # [M, K]
+    of an unprobed cell (the ``(nprobe+1)``-th best; the worst cell when all are probed).
+    ``sims``: the query's ``[M, K]`` centroid product when the caller has it."""
+    if sims is None:
+        sims = np.asarray(query, dtype=np.float32) @ centroids.T
     k = sims.shape[1]
     n = min(nprobe, k)
     if n < k:
@@ -322,16 +324,18 @@ def touched_scores(
     indptr: np.ndarray,
     pages: np.ndarray,
     n_pages: int,
+    threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The pages the probed cells' lists name (ascending) and their approximate scores
     (float64): per query token the best probed cell naming the page, else the token's floor.
 
     Sub-linear in the collection: only the probed lists' entries are read, in one compiled
-    pass (`kernels.list_gains`; every other page scores the sum of the floors)."""
+    pass (`kernels.list_gains`, ``threads`` splitting the pages; every other page scores the
+    sum of the floors)."""
     if n_pages == 0 or cells.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     gains = np.asarray(cell_scores, dtype=np.float32) - floor[:, None]
-    touched, total = kernels.list_gains(cells, gains, indptr, pages, n_pages)
+    touched, total = kernels.list_gains(cells, gains, indptr, pages, n_pages, threads)
     return touched, total + floor.sum(dtype=np.float64)
 
 

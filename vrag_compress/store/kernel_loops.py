@@ -32,14 +32,37 @@ def decode_token(row, index, out):
     if code < 0 or code >= centroids.shape[0]:
         out[:] = np.nan
         return False
+    unpack_residual(packed, table, out)
     centroid = centroids[code]
-    n_bytes, _, per = table.shape
-    for j in range(n_bytes):
-        means = table[j, packed[j]]
-        for i in range(per):
-            out[j * per + i] = centroid[j * per + i] + means[i]
+    for d in range(len(out)):
+        out[d] += centroid[d]
     round_to_fp16(out)
     return True
+
+
+@JIT
+def unpack_residual(packed, table, out):
+    """A token's packed residual bytes into its float32 residual ``out``: each byte's 2 (4-bit
+    codes) or 4 (2-bit) bucket means from the byte table. Written out per width: a loop over
+    a width known only at run time, or a row view of the table per byte, made this 2.6x
+    slower (the decode was 60% of the rerank kernel's time)."""
+    n_bytes, _, per = table.shape
+    if per == 2:
+        for j in range(n_bytes):
+            byte = packed[j]
+            out[2 * j] = table[j, byte, 0]
+            out[2 * j + 1] = table[j, byte, 1]
+    elif per == 4:
+        for j in range(n_bytes):
+            byte = packed[j]
+            out[4 * j] = table[j, byte, 0]
+            out[4 * j + 1] = table[j, byte, 1]
+            out[4 * j + 2] = table[j, byte, 2]
+            out[4 * j + 3] = table[j, byte, 3]
+    else:
+        for j in range(n_bytes):
+            for i in range(per):
+                out[j * per + i] = table[j, packed[j], i]
 
 
 @JIT
@@ -69,9 +92,34 @@ def decode_rows(rows, index, out):
 
 
 @JIT
-def coded_maxsim(q, starts, lengths, index, out):
-    """Two page tokens against four query tokens at a time: each load feeds several
-    multiply-adds (1.5x the one-by-one dot product, as fast as BLAS on decoded rows)."""
+def residual_token(row, index, out):
+    """Token ``row``'s decoded residual into ``out`` (float32, no centroid, no rounding) and
+    its centroid id; -1 (and NaN in ``out``) where the row or the id is out of range."""
+    n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table = index
+    if row < 0 or row >= n_base + len(tail_codes):  # damaged page bounds
+        out[:] = np.nan
+        return -1
+    if row < n_base:
+        code = np.int64(base_codes[row])
+        packed = base_resid[row]
+    else:
+        code = np.int64(tail_codes[row - n_base])
+        packed = tail_resid[row - n_base]
+    if code < 0 or code >= centroids.shape[0]:
+        out[:] = np.nan
+        return -1
+    unpack_residual(packed, table, out)
+    return code
+
+
+@JIT
+def coded_maxsim(q, sims, starts, lengths, index, out):
+    """MaxSim of ``q`` against pages of coded tokens, a token's score taken as q.centroid (from
+    ``sims = q @ centroids.T``, computed once per query) plus q.residual: no centroid row is read
+    (at 16k+ centroids they miss the cache) and nothing is rounded, so a score differs from the
+    fp16-decoded page's by at most 2^-11 of |q||token| per query token (`settled_top_k` rescores
+    the near-ties exactly). Two page tokens against four query tokens at a time: each load
+    feeds several multiply-adds."""
     n_q, dim = q.shape
     a = np.empty(dim, np.float32)
     b = np.empty(dim, np.float32)
@@ -82,11 +130,11 @@ def coded_maxsim(q, starts, lengths, index, out):
         row = starts[p]
         ok = True
         while row < end and ok:
-            ok = decode_token(row, index, a)
-            if row + 1 < end:
-                ok &= decode_token(row + 1, index, b)
-            else:
-                b[:] = a
+            ca = residual_token(row, index, a)
+            cb = residual_token(min(row + 1, end - 1), index, b)  # an odd page repeats its last
+            ok = ca >= 0 and cb >= 0
+            if not ok:
+                break
             for m in range(0, n_q, 4):  # rows past the end repeat the last (max is idempotent)
                 m1, m2, m3 = min(m + 1, n_q - 1), min(m + 2, n_q - 1), min(m + 3, n_q - 1)
                 sa0 = sa1 = sa2 = sa3 = sb0 = sb1 = sb2 = sb3 = np.float32(0.0)
@@ -101,10 +149,10 @@ def coded_maxsim(q, starts, lengths, index, out):
                     sb1 += x1 * vb
                     sb2 += x2 * vb
                     sb3 += x3 * vb
-                best[m] = max(best[m], sa0, sb0)
-                best[m1] = max(best[m1], sa1, sb1)
-                best[m2] = max(best[m2], sa2, sb2)
-                best[m3] = max(best[m3], sa3, sb3)
+                best[m] = max(best[m], sa0 + sims[m, ca], sb0 + sims[m, cb])
+                best[m1] = max(best[m1], sa1 + sims[m1, ca], sb1 + sims[m1, cb])
+                best[m2] = max(best[m2], sa2 + sims[m2, ca], sb2 + sims[m2, cb])
+                best[m3] = max(best[m3], sa3 + sims[m3, ca], sb3 + sims[m3, cb])
             row += 2
         if not ok:  # damaged codes: the caller raises
             out[p] = np.nan
@@ -116,10 +164,13 @@ def coded_maxsim(q, starts, lengths, index, out):
 
 
 @JIT
-def list_gains(cells, gains, indptr, lists, total, stamp):
-    """Credit each page named by query token ``t``'s probed lists (``cells[t]``, best
-    first) with the gain of the first list naming it; ``stamp`` starts at -1. False when a
-    list or an entry points outside the arrays (damaged files: the caller raises)."""
+def list_gains(cells, gains, indptr, lists, total, stamp, lo, hi):
+    """Credit each page in ``[lo, hi)`` named by query token ``t``'s probed lists
+    (``cells[t]``, best first) with the gain of the first list naming it; ``stamp`` starts at
+    -1. Lists hold ascending pages, so a thread owning a range of pages starts each list at
+    its range by binary search: threads split the work without sharing a page, and a page's
+    sum is added in the same order whatever the split. False when a list or an entry points
+    outside the arrays (damaged files: the caller raises)."""
     n_pages = len(total)
     for t in range(cells.shape[0]):
         for j in range(cells.shape[1]):
@@ -130,11 +181,15 @@ def list_gains(cells, gains, indptr, lists, total, stamp):
             if start < 0 or stop > len(lists) or start > stop:
                 return False
             gain = np.float64(gains[t, j])
-            for entry in range(start, stop):
+            entry = start + np.searchsorted(lists[start:stop], lo)
+            while entry < stop:
                 page = lists[entry]
                 if page < 0 or page >= n_pages:
                     return False
+                if page >= hi:
+                    break
                 if stamp[page] != t:
                     stamp[page] = t
                     total[page] += gain
+                entry += 1
     return True

@@ -5,19 +5,24 @@ accumulation of the probed cells' page lists (the candidate stage).
 **MaxSim from codes.** Profile of a 1M-page 2-bit store (docs/store.md): 371 of a query's
 577 ms went to numpy's decode of the 2,282 reranked pages (unpack to one byte per value, a
 fancy-indexed gather of the bucket means, the fp16 round trip, each a full pass over 235k x 128
-values) and 23 ms to the product. `coded_maxsim` decodes each token once, in cache, from a
-per-byte table (a packed byte's 2 or 4 bucket means, 128 KB), rounds it to fp16 precision as
-`ResidualCodec.decode` does, and dots it with four query tokens at a time while it is hot. A
-lookup-table score (q . centroid + a sum of per-byte query tables) was the other way: it needs
-32 (2-bit) or 64 (4-bit) scattered table reads per page token and query token against 128
-contiguous multiply-adds that vectorise here, and it cannot reproduce the fp16 rounding. Each
-page is scored one fixed way, so a page's score has the same bits in any batch.
+values) and 23 ms to the product. `coded_maxsim` scores a token as q . centroid (one row of the
+query's ``[M, K]`` centroid product) plus q . residual, the residual decoded in cache from a
+per-byte table (a packed byte's 2 or 4 bucket means, 128 KB) and dotted with four query tokens
+at a time while it is hot. Reading each token's centroid row instead (8 MB of centroids at 16k
+cells, a cache miss per token) cost 1.5x the whole kernel at 100k pages. The score is not
+rounded through fp16 as `ResidualCodec.decode` rounds a page; the difference is bounded (see
+`CODED_SCORE_BAND`) and `maxsim.settled_top_k` rescores every page near the k-th the exact way,
+so the answer and its scores are those of the decoded pages. A lookup-table score (a sum of
+per-byte query tables) was the other way: 32 (2-bit) or 64 (4-bit) scattered table reads per
+page token and query token against 128 contiguous multiply-adds that vectorise here. Each page
+is scored one fixed way, so a page's score has the same bits in any batch.
 
 **Page-list accumulation.** `list_gains` walks each query token's probed cells best first and
 credits a page the gain of the first (best) cell whose list names it: one pass over the list
-entries with a per-page stamp, instead of numpy's repeat/gather/scatter-max passes. Sums are
-float64, exact for these float32 gains in any order, so splitting query tokens over threads
-gives the same candidates as one thread.
+entries with a per-page stamp, instead of numpy's repeat/gather/scatter-max passes. Lists hold
+ascending pages, so threads split the pages into ranges (each starts every list at its range
+by binary search) and never share a page: a page's float64 sum is added in the same order
+whatever the number of threads.
 
 The kernels release the GIL; callers split the work over the search threads (`parallel_map`).
 Compiled code is cached on disk by numba (next to this file, or numba's user cache folder).
@@ -36,6 +41,12 @@ from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.maxsim import parallel_map
 
 MIN_PAGES_PER_THREAD = 64  # smaller shares cost more to hand out than they save
+MIN_ENTRIES_PER_THREAD = 20_000  # list entries: below this one thread reads them as fast
+# How far a codes-in-place score may sit from the fp16-decoded page's, per query token and per
+# unit of |q||token|: fp16 keeps 11 significant bits, so rounding moves each coordinate by at
+# most 2^-11 of itself and a dot product by at most 2^-11 |q||x| (Cauchy-Schwarz); float32
+# sums add far less. `settled_top_k` widens its tie band by this.
+CODED_SCORE_BAND = 2.0**-11
 
 
 @dataclass(frozen=True)
@@ -89,26 +100,37 @@ def coded_maxsim(
     starts: np.ndarray,
     lengths: np.ndarray,
     threads: int = 1,
+    sims: np.ndarray | None = None,
 ) -> np.ndarray:
     """MaxSim ``[P]`` of query ``q`` against pages whose tokens are candidate-index rows
-    ``starts[p] : starts[p] + lengths[p]`` (`candidates.CandidateIndex` with residual codes)."""
+    ``starts[p] : starts[p] + lengths[p]`` (`candidates.CandidateIndex` with residual codes),
+    within `CODED_SCORE_BAND` of the decoded pages' scores. ``sims``: ``q @ centroids.T``
+    when the caller has it already (the candidate stage computed it)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     out = np.empty(len(starts), dtype=np.float32)
     if len(out) == 0:
         return out
+    if sims is None:
+        sims = q @ index.centroids.T
+    sims = np.ascontiguousarray(sims, dtype=np.float32)
     kernel = kernels().coded_maxsim
     args = index.kernel_arrays()
 
     def run(span: tuple[int, int]) -> None:
         a, b = span
-        kernel(q, starts[a:b], lengths[a:b], args, out[a:b])
+        kernel(q, sims, starts[a:b], lengths[a:b], args, out[a:b])
 
     shares = max(1, min(threads, len(out) // MIN_PAGES_PER_THREAD))
-    edges = np.linspace(0, len(out), shares + 1).astype(np.int64)
-    parallel_map(run, list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)), shares)
-    if np.isnan(out).any():  # a page with a damaged token (`decode_token`)
+    parallel_map(run, _spans(len(out), shares), shares)
+    if np.isnan(out).any():  # a page with a damaged token (`residual_token`)
         _report_damage(index)
     return out
+
+
+def _spans(n: int, shares: int) -> list[tuple[int, int]]:
+    """``shares`` consecutive ranges covering ``range(n)``, as equal as integers allow."""
+    edges = np.linspace(0, n, shares + 1).astype(np.int64)
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
 
 def _report_damage(index: Any) -> None:
@@ -120,25 +142,41 @@ def _report_damage(index: Any) -> None:
 
 
 def list_gains(
-    cells: np.ndarray, gains: np.ndarray, indptr: np.ndarray, lists: np.ndarray, n_pages: int
+    cells: np.ndarray,
+    gains: np.ndarray,
+    indptr: np.ndarray,
+    lists: np.ndarray,
+    n_pages: int,
+    threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The pages (ascending) that query tokens' probed cells ``cells[M, n]`` (best first, with
     ``gains`` over the unprobed floor) name in the CSR lists ``indptr``/``lists``, and each
-    page's sum over tokens of its best named cell's gain (float64)."""
+    page's sum over tokens of its best named cell's gain (float64; the same bits for any
+    ``threads``, which split the pages into ranges)."""
+    cells = np.ascontiguousarray(cells, dtype=np.int64)
+    gains = np.ascontiguousarray(gains, dtype=np.float32)
+    indptr, lists = np.asarray(indptr), np.asarray(lists)
     total = np.zeros(n_pages, dtype=np.float64)
     stamp = np.full(n_pages, -1, dtype=np.int32)
-    sound = kernels().list_gains(
-        np.ascontiguousarray(cells, dtype=np.int64),
-        np.ascontiguousarray(gains, dtype=np.float32),
-        np.asarray(indptr),
-        np.asarray(lists),
-        total,
-        stamp,
+    kernel = kernels().list_gains
+    entries = _entries(cells, indptr)
+    shares = max(1, min(threads, entries // MIN_ENTRIES_PER_THREAD, n_pages))
+    sound = parallel_map(
+        lambda span: kernel(cells, gains, indptr, lists, total, stamp, *span),
+        _spans(n_pages, shares),
+        shares,
     )
-    if not sound:  # what numpy raises for it, so the store names the damaged file
+    if not all(sound):  # what numpy raises for it, so the store names the damaged file
         raise IndexError("candidate page lists point outside their arrays")
     touched = np.flatnonzero(stamp >= 0)
     return touched, total[touched]
+
+
+def _entries(cells: np.ndarray, indptr: np.ndarray) -> int:
+    """List entries the probed cells hold (0 where a cell id is out of range: the kernel
+    reports that damage itself)."""
+    valid = cells[(cells >= 0) & (cells + 1 < len(indptr))]
+    return int((indptr[valid + 1] - indptr[valid]).sum())
 
 
 def decode_rows(index: Any, rows: np.ndarray) -> np.ndarray:

@@ -207,10 +207,12 @@ def settled_top_k(
     tokens: Any,
     bounds: np.ndarray,
     pages: np.ndarray | None = None,
+    error: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Positions in ``scores`` of the ``k`` best pages and their scores, best first, ties to the
     lower position: the same bits however the fast ``scores`` were batched or computed.
-    ``scores[i]`` is page ``pages[i]`` of ``tokens``/``bounds`` (page ``i`` without ``pages``).
+    ``scores[i]`` is page ``pages[i]`` of ``tokens``/``bounds`` (page ``i`` without ``pages``);
+    ``error``: how far a fast score may sit from the page's exact one (codes scored in place).
 
     A BLAS product rounds a page's score differently with the product's shape (how many other
     queries or pages share it), so near-ties could swap places between a lone search and the
@@ -220,7 +222,7 @@ def settled_top_k(
     if n == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
     kth = float(np.partition(scores, n - k)[n - k]) if k < n else float(scores.min())
-    band = TIE_BAND * (abs(kth) + len(q))
+    band = TIE_BAND * (abs(kth) + len(q)) + 2 * error  # a page and the k-th can move apart
     idx = np.flatnonzero(scores >= kth - band)
     settled = canonical_maxsim(q, tokens, bounds, idx if pages is None else pages[idx])
     order = np.lexsort((idx, -settled))[:k]

@@ -275,9 +275,15 @@ class Searcher:
         scores = self._scores(snap, qs, pos, threads)
         out = []
         for q, row in zip(qs, scores, strict=True):
-            best, settled = settled_top_k(q, row, k, snap.tokens, snap.bounds, pos)
+            error = snap.tokens.maxsim_error(q) if self._scores_codes(snap, qs) else 0.0
+            best, settled = settled_top_k(q, row, k, snap.tokens, snap.bounds, pos, error)
             out.append((snap.pids[pos[best]], settled))
         return out
+
+    def _scores_codes(self, snap: Snapshot, qs: list[np.ndarray]) -> bool:
+        """Whether `_scores` scores these queries from codes in place (one query of a
+        codes-only store on the CPU)."""
+        return self.ctx.scorer is None and isinstance(snap.tokens, CodedTokens) and len(qs) == 1
 
     def _scores(
         self, snap: Snapshot, qs: list[np.ndarray], pos: np.ndarray, threads: int
@@ -286,7 +292,7 @@ class Searcher:
         (a rerank) from its codes in place; else on the scorer (a GPU, or the torch code on the
         CPU in tests) or by BLAS over their rows (decoded chunk by chunk without fp16 rows),
         where many queries share each product."""
-        if self.ctx.scorer is None and isinstance(snap.tokens, CodedTokens) and len(qs) == 1:
+        if self._scores_codes(snap, qs):
             return snap.tokens.maxsim(qs[0], pos, threads)[None]
         if len(pos) == len(snap.pids):  # every page, in order
             tokens, bounds = snap.tokens, snap.bounds
