@@ -51,6 +51,33 @@ def serve(
         help="Server processes over the index: one indexes uploads, all answer reads "
         "(each loads the model).",
     ),
+    header_timeout: float = typer.Option(
+        10.0,
+        "--header-timeout",
+        min=0.1,
+        help="Seconds a client has to send a request's headers (from connecting, or from the "
+        "previous answer); slower ones get 408 and are closed.",
+    ),
+    body_timeout: float = typer.Option(
+        30.0,
+        "--body-timeout",
+        min=0.1,
+        help="Seconds a request body (an upload) may go without sending more; then 408.",
+    ),
+    max_connections: int | None = typer.Option(
+        None,
+        "--max-connections",
+        min=1,
+        help="Connections held at once; more are answered 503 and closed [default: the file "
+        "descriptor limit less 128].",
+    ),
+    max_client_connections: int = typer.Option(
+        64,
+        "--max-client-connections",
+        min=0,
+        help="Connections one client address may hold at once (0: no limit; raise it or use 0 "
+        "behind a proxy, where every client has the proxy's address).",
+    ),
 ) -> None:
     """Serve a REST API (OpenAPI docs at /docs) and a web page to search, explain and upload."""
     try:
@@ -71,6 +98,10 @@ def serve(
         device=device,
         model=model,
         workers=workers,
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections=max_connections,
+        max_client_connections=max_client_connections,
     )
     try:
         run(config, host=host, port=port)

@@ -12,6 +12,7 @@ import os
 import socket
 
 from vrag_compress.serve.app import CONFIG_ENV, ServeConfig, create_app
+from vrag_compress.serve.connections import GuardedH11Protocol
 from vrag_compress.serve.server import ensure_index
 
 __all__ = ["HostError", "ServeConfig", "create_app", "is_loopback", "run"]
@@ -20,6 +21,10 @@ WORKER_HEALTHCHECK_S = 120
 """How long uvicorn waits for a worker to answer its health check before replacing it: a worker
 loads torch and the model at start (tens of seconds on a busy machine), and a worker encoding
 pages may answer late; uvicorn's 5 s default kept killing them mid-start."""
+
+
+MAX_HEAD_BYTES = 16 * 1024
+"""Largest request head (request line and headers) read; a bigger one is answered 400."""
 
 
 class HostError(ValueError):
@@ -58,7 +63,15 @@ def run(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
         _run_workers(config, host, port)
         return
     app = create_app(config)
-    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        server_header=False,
+        http=GuardedH11Protocol,  # header timeout, connection caps (serve.connections)
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+    )
 
 
 def _run_workers(config: ServeConfig, host: str, port: int) -> None:
@@ -79,4 +92,6 @@ def _run_workers(config: ServeConfig, host: str, port: int) -> None:
         log_level="info",
         server_header=False,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+        http=GuardedH11Protocol,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )

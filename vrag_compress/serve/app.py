@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vrag_compress.answering import ChatModel
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.messages import EMPTY_QUERY
+from vrag_compress.serve.connections import BodyTimeout, ConnectionLimits, install
 from vrag_compress.serve.deps import ApiError, ServeConfig, server_of
 from vrag_compress.serve.guards import RequestGuard, allowed_host_names
 from vrag_compress.serve.logs import shorten_request_logs
@@ -77,6 +78,15 @@ def create_app(
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(BodyTimeout, timeout_s=config.body_timeout_s)  # outermost: raw reads
+    install(
+        ConnectionLimits(
+            config.header_timeout_s,
+            config.body_timeout_s,
+            config.max_connections,
+            config.max_client_connections,
+        )
+    )
     _add_errors(app)
     _add_headers(app)
     for router in ROUTERS:

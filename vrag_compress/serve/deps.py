@@ -35,6 +35,10 @@ class ServeConfig:
     host: str = "127.0.0.1"
     allowed_hosts: list[str] = field(default_factory=list)
     workers: int = 1
+    header_timeout_s: float = 10.0  # see serve.connections: slow clients
+    body_timeout_s: float = 30.0
+    max_connections: int | None = None
+    max_client_connections: int = 64
 
 
 class ApiError(Exception):
