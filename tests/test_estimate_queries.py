@@ -118,6 +118,12 @@ def test_identity_keeps_every_answer_and_random_at_a_small_ratio_does_not():
     assert rand.ndcg_low <= rand.ndcg <= rand.ndcg_high
     assert rand.judged_low <= rand.judged <= rand.judged_high
     assert rand.tokens_per_page < identity.tokens_per_page
+    from vrag_compress.estimate_queries import QueryEstimate
+
+    few = QueryEstimate(rows, 40, 40, 5, 0, "m")
+    assert "no recommendation from 5 question(s)" in few.recommend(0.5)
+    enough = QueryEstimate(rows, 40, 40, 20, 20, "m")
+    assert "use random at 0.05 (judged retention@10" in enough.recommend(0.0)
 
 
 def _ranged(lead: float, keyword: float) -> RetentionEstimate:

@@ -62,6 +62,9 @@ questions, MiniLM) NDCG@10 agreement from 500 pages was 0.006-0.041 above that f
 (docs/retention.md, "On your own questions")."""
 SAMPLE_BIAS = "0.006-0.041 at 500 of 1,398 pages, 0.05-0.15 at 100"
 LEVEL = 0.9
+MIN_QUESTIONS = 10
+"""Below this many questions nothing is recommended: the bootstrap interval of a handful of
+questions says little, and 30 judged questions already gave intervals about 0.2 wide."""
 
 Progress = Callable[[str], None]
 
@@ -103,6 +106,12 @@ class QueryEstimate:
         a changed answer can be as good)."""
         judged = self.n_judged > 0
         name = "judged retention@10" if judged else "agreement NDCG@10"
+        asked = self.n_judged if judged else self.n_queries
+        if asked < MIN_QUESTIONS:
+            return (
+                f"keep >= {target:g}: no recommendation from {asked} question(s); give at least "
+                f"{MIN_QUESTIONS} (a few dozen: 30 judged questions gave intervals about 0.2 wide)"
+            )
 
         def figure(row: QueryRow) -> float:
             return float(row.judged if judged and row.judged is not None else row.ndcg)
@@ -117,7 +126,7 @@ class QueryEstimate:
         pick = min(fits, key=lambda r: (r.tokens_per_page, -figure(r)))
         return (
             f"keep >= {target:g}: use {pick.method} at {pick.ratio:g} ({name} "
-            f"{figure(pick):.3f} on {self.n_judged if judged else self.n_queries} questions, "
+            f"{figure(pick):.3f} on {asked} questions, "
             f"{pick.tokens_per_page:.1f} vectors per page)"
         )
 
