@@ -14,8 +14,10 @@ run tries every value on every parameter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
@@ -49,11 +51,11 @@ HOSTILE_TEXT = [
     "--",
     "s3://bucket/x",
     "file:///any/dir",
-    "qdrant+local://../../../../../../nope",
+    "qdrant+local://../../../../../../proc/nope",  # past the root, into a folder none can make
     "qdrant://256.1.1.1:99999/c",
     "/proc/nope/x.json",
     "/dev/null",
-    "../../../../../../../etc/passwd",
+    "../../../../../../../proc/self/nope",  # never a real file: cases write where they point
     "{",
     '{"a":' * 300,
     "NaN",
@@ -149,13 +151,38 @@ def all_cases() -> Iterator[tuple[str, str, str]]:
 def run_case(env: dict[str, Path], verb: str, name: str, value: str) -> None:
     command = verbs()[verb]
     line = command_line(command, verb, env, name, value)
-    result = runner.invoke(app, line, env={"VRAG_LLM": "", "COLUMNS": "200"})
     shown = f"vrag {verb} --{name}={value[:60]!r}"
+    with watchdog(shown), contextlib.chdir(env["cwd"]):  # relative values land in the tmp
+        result = runner.invoke(app, line, env={"VRAG_LLM": "", "COLUMNS": "200"})
     crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
     problem = f"{type(result.exception).__name__}: {str(result.exception)[:300]}"
     assert not crashed, f"{shown}: {problem}"
     assert result.exit_code in EXIT_CODES, f"{shown}: exit {result.exit_code}\n{result.output}"
     assert "Traceback" not in result.output, f"{shown}:\n{result.output}"
+
+
+class CaseHung(Exception):
+    """A case still running after `HANG_S`: a value that makes a command work for ever."""
+
+
+HANG_S = 300  # far past any case's work: only a command that never ends meets it
+
+
+@contextlib.contextmanager
+def watchdog(shown: str) -> Iterator[None]:
+    """Raise `CaseHung` inside a case that runs past `HANG_S` (so the suite reports the value
+    instead of never ending)."""
+
+    def hung(signum: int, frame: Any) -> None:
+        raise CaseHung(f"{shown} ran for {HANG_S} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -168,7 +195,9 @@ def env(law_index: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     Image.fromarray(np.full((64, 48, 3), 200, np.uint8)).save(png)
     pairs = tmp / "pairs.jsonl"
     pairs.write_text(json.dumps({"query": "court", "image": str(png)}) + "\n")
-    return {"index": index, "tmp": tmp, "png": png, "pairs": pairs}
+    cwd = tmp / "cwd" / "a" / "b"  # where cases run: ../.. stays inside the temporary folder
+    cwd.mkdir(parents=True)
+    return {"index": index, "tmp": tmp, "png": png, "pairs": pairs, "cwd": cwd}
 
 
 # ----------------------------------------------------------------------------- the fuzz
@@ -359,3 +388,22 @@ def test_search_neighbours_past_any_document_stops_at_its_last_page(env: dict[st
     assert_clean(result, 0)
     hits = json.loads(result.stdout)["hits"]
     assert hits and all(h["context"] == [] for h in hits)  # a one-page document
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["search", "{index}", "court", "--store", "s" * 300], 1, "file systems take at most"),
+        (["search", "{index}", "court", "--store", "qdrant://256.1.1.1:1/c"], 1, "not a host"),
+        (["search", "{index}", "court", "--store", "qdrant://h:99999/c"], 1, "not a TCP port"),
+        (["migrate", "{index}", "/proc/nope/x"], 1, "cannot create the store folder"),
+        (["show", "{index}", "x.pdf", "1", "--query", "\udcff\udcfe"], 2, "not UTF-8 text"),
+    ],
+    ids=["store-long", "store-host", "store-port", "migrate-proc", "query-not-utf8"],
+)
+def test_values_the_fuzz_found_are_one_line(
+    env: dict[str, Path], args: list[str], code: int, says: str
+) -> None:
+    result = run_cli(*[a.format(index=env["index"]) for a in args])
+    assert_clean(result, code)
+    assert says in result.output

@@ -20,7 +20,8 @@ class CheckedPathGroup(TyperGroup):
     """The `vrag` command group: every path argument or option of every command under it
     (`vrag bench ...` included) is checked by `user_input.check_path_text` while the command
     line is parsed, so a path no file system takes (a NUL, a 5,000-character name) is a usage
-    error naming the option, never an `OSError` traceback from wherever it is first used."""
+    error naming the option, never an `OSError` traceback from wherever it is first used; other
+    text must be UTF-8 (`user_input.check_utf8`: bytes a non-UTF-8 terminal passed are not)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -28,7 +29,7 @@ class CheckedPathGroup(TyperGroup):
 
 
 def check_paths_of(command: Any) -> None:
-    """Check the paths every parameter of ``command`` and of its subcommands is given."""
+    """Check the paths and text every parameter of ``command`` and its subcommands is given."""
     for param in command.params:
         if not getattr(param.callback, "checks_paths", False):
             param.callback = _path_checker(param.callback)
@@ -37,17 +38,19 @@ def check_paths_of(command: Any) -> None:
 
 
 def _path_checker(inner: Callable[..., Any] | None) -> Callable[..., Any]:
-    """A parameter callback that refuses unusable paths in the parsed value, then runs
-    ``inner`` (the parameter's own callback, if any)."""
+    """A parameter callback that refuses unusable paths and text that is not UTF-8 in the
+    parsed value, then runs ``inner`` (the parameter's own callback, if any)."""
 
     def check(ctx: Any, param: Any, value: Any) -> Any:
         for item in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(item, PurePath):
-                try:
+            try:
+                if isinstance(item, PurePath):
                     user_input.check_path_text(str(item), "path")
-                except user_input.UserInputError as error:
-                    message = str(error).removeprefix("path: ")
-                    raise typer.BadParameter(message, ctx=ctx, param=param) from None
+                elif isinstance(item, str):
+                    user_input.check_utf8(item, "text")
+            except user_input.UserInputError as error:
+                message = str(error).split(": ", 1)[1]
+                raise typer.BadParameter(message, ctx=ctx, param=param) from None
         return value if inner is None else inner(ctx, param, value)
 
     check.checks_paths = True  # type: ignore[attr-defined]

@@ -184,7 +184,12 @@ class LocalStore(MultiVectorStore):
         root = Path(path)
         if root.exists() and (not root.is_dir() or not is_empty_or_leftover(root)):
             raise StoreExistsError(f"{root} already exists and is not an empty directory")
-        (root / seg.SEGMENT_DIR).mkdir(parents=True, exist_ok=True)
+        try:
+            (root / seg.SEGMENT_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # under /proc, a file on the way, no permission
+            raise StoreInputError(
+                f"cannot create the store folder {root}: {error.strerror or error}"
+            ) from None
         tmp = root / f"{cat.CATALOG_NAME}{_CREATING}{os.getpid()}-{os.urandom(4).hex()}"
         try:
             cat.create_catalog(

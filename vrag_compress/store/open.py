@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 
 from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
 from vrag_compress.store.local import LocalStore
+from vrag_compress.store.user_input import check_path_text
 from vrag_compress.store.validate import StoreInputError
 
 BACKENDS: dict[str, str] = {
@@ -73,7 +74,8 @@ def is_store_url(target: str | os.PathLike[str]) -> bool:
 
 def check_target(target: str | os.PathLike[str]) -> None:
     """Refuse text that looks like a URL of a scheme no backend has (``s3://``, ``file://``):
-    taken as a folder path it would quietly make a store in ``./s3:/...``."""
+    taken as a folder path it would quietly make a store in ``./s3:/...``; and a folder path
+    no file system takes (`user_input.check_path_text`)."""
     scheme = _scheme(target)
     if scheme is not None and scheme not in BACKENDS:
         schemes = ", ".join(f"{s}://" for s in BACKENDS)
@@ -81,6 +83,8 @@ def check_target(target: str | os.PathLike[str]) -> None:
             f"{str(target)!r}: {scheme}:// is not a store this version can use (one of "
             f"{schemes}); an embedded store is a folder path without a scheme"
         )
+    if scheme is None:
+        check_path_text(os.fspath(target), "store folder")
 
 
 def backend(url: str | os.PathLike[str]) -> Backend:

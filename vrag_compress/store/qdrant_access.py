@@ -164,15 +164,33 @@ def parse_qdrant_url(url: str, *, api_key: str | None = None) -> QdrantLocation:
     host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "6333")
     if not host or not port.isdigit():
         raise StoreInputError(f"{url}: expected qdrant://host:port/collection")
+    _check_host(host, url)
     return QdrantLocation(
         _collection(collection.strip("/"), url),
         host=host,
-        port=int(port),
+        port=_port(port, url),
         https=scheme == "qdrants" or params.get("https") == "true",
         prefer_grpc=params.get("grpc") == "true",
-        grpc_port=int(params.get("grpc_port", 6334)),
+        grpc_port=_port(params.get("grpc_port", "6334"), url),
         api_key=api_key,
     )
+
+
+def _port(text: str, url: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise StoreInputError(f"{url}: port {text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def _check_host(host: str, url: str) -> None:
+    """Refuse a host the HTTP client cannot connect to (``256.1.1.1``, spaces), as httpx
+    parses it, before a client is built."""
+    import httpx
+
+    try:
+        httpx.URL(f"http://{host}/")
+    except httpx.InvalidURL as error:
+        raise StoreInputError(f"{url}: {host!r} is not a host name or address ({error})") from None
 
 
 def _collection(name: str, url: str) -> str:

@@ -115,6 +115,19 @@ def check_path_text(text: str, what: str, error: type[UserInputError] = UserInpu
         )
 
 
+def check_utf8(text: str, what: str, error: type[UserInputError] = UserInputError) -> None:
+    """Refuse text holding lone surrogates: the bytes of a non-UTF-8 terminal or file name as
+    Python passes them on, which no tokenizer, database or JSON answer can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as problem:
+        bad = text[problem.start : problem.end]
+        raise error(
+            f"{what}: {show(text)} holds {show(bad)}, bytes that are not UTF-8 text; "
+            "use a UTF-8 terminal or encoding"
+        ) from None
+
+
 def expand_home(text: str) -> str:
     """``~`` and ``~user`` expanded like a shell does; an unknown user's ``~name`` stays as
     typed (a plain name), where `pathlib.Path.expanduser` raises `RuntimeError`."""
