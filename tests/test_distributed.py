@@ -9,6 +9,7 @@ teardown (`ray stop --force` would stop every Ray process on the machine, other 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -318,11 +319,11 @@ def long_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> 
     return target
 
 
-def _cli_index(cluster: Cluster, folder: Path, index: Path) -> subprocess.Popen[str]:
+def _cli_index(cluster: Cluster, folder: Path, index: Path, *options: str) -> subprocess.Popen[str]:
     """`vrag index --ray` in its own process: the driver."""
     command = [sys.executable, "-m", "vrag_compress", "index", str(folder), "--index", str(index)]
     command += ["--model", MODEL, "--device", "cpu", "--batch-size", "2", "--json"]
-    command += ["--ray", cluster.address]
+    command += ["--ray", cluster.address, *options]
     return subprocess.Popen(
         command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -361,6 +362,68 @@ def test_a_killed_driver_resumes_like_a_single_process_run(
         report = resumed.add(long_folder, progress=False, ray=RayOptions(address=cluster.address))
     assert report.pages_indexed == 22 - committed and report.failures == []
     assert _whole_and_verified(index) == 22
+
+
+def _actor_pids(cluster: Cluster) -> list[int]:
+    """The processes of the encoder actors on this test's nodes: Ray titles them
+    ``ray::PageWorker...``, and they run in the session of the node that started them."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes()
+            session = os.getsid(int(entry.name))
+        except OSError:
+            continue
+        if title.startswith(b"ray::PageWorker") and session in cluster.groups.values():
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_hung_worker_stops_the_run_with_an_error_not_a_hang(
+    cluster: Cluster, long_folder: Path, tmp_path: Path
+) -> None:
+    """Every actor SIGSTOPped after the first commit: the driver used to wait for ever; with
+    --ray-timeout it stops, says why on stderr and in the --json output, and what was committed
+    stays (the same command resumes once the cluster is healthy)."""
+    index = tmp_path / "index"
+    driver = _cli_index(cluster, long_folder, index, "--ray-timeout", "20")
+    _wait_for_commit(driver, index)
+    stopped = _actor_pids(cluster)
+    assert stopped
+    try:
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        stdout, stderr = driver.communicate(timeout=240)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert driver.returncode == 1, stderr
+    assert "RayStalledError" in stderr and "--ray-timeout" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert "RayStalledError" in json.loads(stdout)["error"]
+    assert 0 < _committed(index) < 22
+
+
+def test_a_stalled_actor_gives_up_after_the_stall_timeout(cluster: Cluster) -> None:
+    """`ActorPool.result` on an actor that never answers: `RayStalledError` after the timeout."""
+    from vrag_compress.distributed import ActorPool, RayStalledError, WorkUnit
+
+    @ray.remote(num_cpus=0)
+    class Sleeper:
+        def process(self, request: list) -> None:
+            time.sleep(3600)
+
+    actor = Sleeper.remote()
+    pool = ActorPool(ray, [actor], stall_timeout_s=2)
+    unit = WorkUnit()
+    try:
+        with pytest.raises(RayStalledError, match="waited 2 s for a result"):
+            pool.result(unit, actor, actor.process.remote([]))
+    finally:
+        ray.kill(actor)
 
 
 def test_a_worker_node_killed_mid_run_loses_and_duplicates_nothing(

@@ -53,6 +53,18 @@ class RayWorkersLostError(VisualIndexError):
     """Every encoder actor died; the committed pages stay and a re-run resumes."""
 
 
+class RayStalledError(VisualIndexError):
+    """No result came from the encoder actors for `RayOptions.stall_timeout_s`: a hung worker,
+    a stopped node or a lost head. The committed pages stay and a re-run resumes."""
+
+
+DEFAULT_STALL_TIMEOUT_S = 600.0
+"""How long the driver waits for the next result before it stops with `RayStalledError`;
+generous, since one batch of a large model on a CPU takes minutes."""
+DEFAULT_START_TIMEOUT_S = 1800.0
+"""How long the actors may take to start (scheduled, model downloaded and loaded)."""
+
+
 @dataclass
 class WorkUnit:
     """One batch of page numbers to process remotely, and the documents whose last pages it
@@ -260,21 +272,28 @@ def slim(encoding: Any) -> Any:
 class RayOptions:
     """How to use the cluster: ``actors`` encoder actors (default: one per GPU, else one per
     CPU), each with ``num_gpus`` GPUs (default: 1 when the cluster has GPUs) or ``num_cpus``
-    CPUs; at most ``in_flight`` batches out at once (default: two per actor)."""
+    CPUs; at most ``in_flight`` batches out at once (default: two per actor). With no result
+    for ``stall_timeout_s`` seconds, or actors not started after ``start_timeout_s``, the run
+    stops with `RayStalledError`."""
 
     address: str | None = "auto"
     actors: int | None = None
     num_gpus: float | None = None
     num_cpus: float = 1.0
     in_flight: int | None = None
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S
 
 
 class ActorPool:
     """The encoder actors, with ordered results and resubmission when an actor dies."""
 
-    def __init__(self, ray: Any, actors: list[Any]) -> None:
+    def __init__(
+        self, ray: Any, actors: list[Any], stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    ) -> None:
         self.ray = ray
         self.actors = actors
+        self.stall_timeout_s = stall_timeout_s
         self._next = 0
 
     def submit(self, unit: WorkUnit) -> tuple[Any, Any]:
@@ -294,7 +313,7 @@ class ActorPool:
 
         while True:
             try:
-                result: RemoteResult = self.ray.get(ref)
+                result: RemoteResult = wait_for(self.ray, ref, self.stall_timeout_s, "a result")
                 return result
             except (RayActorError, ActorUnavailableError) as error:
                 log.warning("a Ray encoder actor died (%s); its batch runs again", _first(error))
@@ -328,9 +347,27 @@ def start_actors(ray: Any, index: VisualIndex, options: RayOptions, ocr_mode: st
     )
     device = "cuda" if gpus else "cpu"
     actors = [remote.remote(index.store.config, device, ocr_mode) for _ in range(count)]
-    ray.get([actor.ready.remote() for actor in actors])  # a broken model fails here, once
+    ready = [actor.ready.remote() for actor in actors]
+    wait_for(ray, ready, options.start_timeout_s, "the actors to start")  # a broken model: once
     log.info("%d Ray encoder actors on %s", count, device)
-    return ActorPool(ray, actors)
+    return ActorPool(ray, actors, options.stall_timeout_s)
+
+
+def wait_for(ray: Any, refs: Any, timeout_s: float, what: str) -> Any:
+    """`ray.get` that gives up after ``timeout_s`` with `RayStalledError` (a plain `ray.get`
+    waits for ever on a hung or stopped worker)."""
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except GetTimeoutError:
+        raise RayStalledError(
+            f"waited {timeout_s:g} s for {what} from the Ray encoder actors without an answer "
+            "(a worker hung or its node stopped, or the cluster has no room for the actors); "
+            "the pages committed so far are kept: check the cluster (`ray status`), then run "
+            "the same command again to resume, or give slow batches more time with "
+            "--ray-timeout (RayOptions.stall_timeout_s; start_timeout_s for starting actors)"
+        ) from None
 
 
 def units(states: Iterable[DocState], batch_size: int) -> Iterator[WorkUnit]:
@@ -435,4 +472,10 @@ def _chain(first: DocState, rest: Iterator[DocState]) -> Iterator[DocState]:
     yield from rest
 
 
-__all__ = ["RayOptions", "RayUnavailableError", "RayWorkersLostError", "add_on_ray"]
+__all__ = [
+    "RayOptions",
+    "RayStalledError",
+    "RayUnavailableError",
+    "RayWorkersLostError",
+    "add_on_ray",
+]

@@ -126,6 +126,14 @@ def index(
         "cluster Ray finds, e.g. RAY_ADDRESS), host:port, ray://host:10001, or local (start "
         "one here). Commits stay in this process; see docs/distributed.md.",
     ),
+    ray_timeout: float = typer.Option(
+        600.0,
+        "--ray-timeout",
+        min=1.0,
+        metavar="SECONDS",
+        help="With --ray: stop with an error when no batch comes back for this long (a hung "
+        "worker, a stopped node); the committed pages stay and a re-run resumes.",
+    ),
     passwords_file: Path | None = typer.Option(
         None,
         "--passwords-file",
@@ -216,7 +224,7 @@ def index(
                     metadata=extra,
                     progress=not json_out,
                     ocr=page_ocr,
-                    ray=ray_address,
+                    ray=_ray_options(ray_address, ray_timeout),
                     passwords=passwords,
                 )
             except KeyboardInterrupt:
@@ -238,7 +246,10 @@ def index(
         err.print("interrupted: nothing was indexed")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:  # surface any pipeline failure as one clear line
-        fail(f"{type(error).__name__}: {error}")
+        message = f"{type(error).__name__}: {error}"
+        if json_out:  # scripts reading stdout learn why too (a lost Ray cluster, a stall)
+            emit_json({"index": str(index_dir), "error": message})
+        fail(message)
     removed = bool(fresh_folder and report.failures and left_empty)
     if removed:  # every file failed: a first run leaves no empty index behind
         shutil.rmtree(index_dir)
@@ -271,6 +282,15 @@ def _require_extras(store: str | None, renderer: str) -> None:
             import pdf2image  # noqa: F401
     except ImportError as error:
         fail(missing_dependency_message(error))
+
+
+def _ray_options(address: str | None, timeout_s: float) -> Any:
+    """`RayOptions` for ``--ray ADDRESS`` (None without it: index in this process)."""
+    if address is None:
+        return None
+    from vrag_compress.distributed import RayOptions
+
+    return RayOptions(address=address, stall_timeout_s=timeout_s)
 
 
 def _check_ray() -> None:
