@@ -110,7 +110,7 @@ class QueryEstimate:
         if asked < MIN_QUESTIONS:
             return (
                 f"keep >= {target:g}: no recommendation from {asked} question(s); give at least "
-                f"{MIN_QUESTIONS} (a few dozen: 30 judged questions gave intervals about 0.2 wide)"
+                f"{MIN_QUESTIONS} (a few dozen: 30 judged questions gave intervals 0.18-0.42 wide)"
             )
 
         def figure(row: QueryRow) -> float:
