@@ -398,12 +398,16 @@ def test_search_neighbours_past_any_document_stops_at_its_last_page(env: dict[st
         (["search", "{index}", "court", "--store", "qdrant://h:99999/c"], 1, "not a TCP port"),
         (["migrate", "{index}", "/proc/nope/x"], 1, "cannot create the store folder"),
         (["show", "{index}", "x.pdf", "1", "--query", "\udcff\udcfe"], 2, "not UTF-8 text"),
+        (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--ratio", "nan"], 2, "(0, 1]"),
+        (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--out", "/proc/nope/p.json"], 2,
+         "cannot make the folder /proc/nope"),
     ],
-    ids=["store-long", "store-host", "store-port", "migrate-proc", "query-not-utf8"],
-)
+    ids=["store-long", "store-host", "store-port", "migrate-proc", "query-not-utf8",
+         "calibrate-ratio", "calibrate-out"],
+)  # fmt: skip
 def test_values_the_fuzz_found_are_one_line(
     env: dict[str, Path], args: list[str], code: int, says: str
 ) -> None:
-    result = run_cli(*[a.format(index=env["index"]) for a in args])
+    result = run_cli(*[a.format(index=env["index"], pairs=env["pairs"]) for a in args])
     assert_clean(result, code)
     assert says in result.output

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.cli.app import app, bench_app  # noqa: F401
+from vrag_compress.cli.options import check_ratio, check_writable
 from vrag_compress.progress import task_progress
 
 out = Console()
@@ -47,6 +48,10 @@ def calibrate(
     )
     from vrag_compress.encoders.errors import StatsUnavailableError
 
+    check_ratio(ratio)
+    for path, option in ((out_path, "--out"), (plot, "--plot"), (json_out, "--json")):
+        if path is not None:
+            check_writable(path, option)  # before the model loads, not after the work
     try:
         select_window([1.0], rho)  # validate rho before loading a model
         chosen = load_calibration_pairs(data, limit=pairs)

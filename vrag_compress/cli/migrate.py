@@ -12,7 +12,6 @@ command runs again: the pages already in DST are kept and only the missing ones 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from vrag_compress.cli.app import app
+from vrag_compress.cli.options import check_writable
 from vrag_compress.progress import task_progress
 from vrag_compress.store import StoreError, user_input
 
@@ -172,22 +172,7 @@ def check_targets(src: str, dst: str, repoint: Path | None, json_out: Path | Non
                 param_hint="--repoint",
             )
     if json_out is not None:
-        check_writable(json_out, "--json")
-
-
-def check_writable(path: Path, option: str) -> None:
-    """Refuse a report path whose folder cannot be made or written (so a long run does not end
-    in a traceback after its work is done)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise typer.BadParameter(
-            f"cannot make the folder {path.parent} for the report: {error.strerror}",
-            param_hint=option,
-        ) from None
-    if path.is_dir() or not os.access(path.parent, os.W_OK):
-        what = "is a folder" if path.is_dir() else "is in a folder this user cannot write"
-        raise typer.BadParameter(f"{path} {what}", param_hint=option)
+        check_writable(json_out, "--json")  # before the copy, not after it
 
 
 def _write_report(path: Path, report: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ Bad values raise `typer.BadParameter`, which exits 2 (bad usage) with the option
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any
@@ -109,6 +110,20 @@ def parse_method(method: str, params: list[str]) -> tuple[str, dict[str, Any]]:
     if "ratio" in merged:
         raise typer.BadParameter("give the keep ratio with --ratio", param_hint="--param")
     return name, merged
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output file whose folder cannot be made or written, before the work that
+    ends by writing it (so a long run does not end in a traceback after its work is done)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot make the folder {path.parent}: {error.strerror}", param_hint=option
+        ) from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        what = "is a folder" if path.is_dir() else "is in a folder this user cannot write"
+        raise typer.BadParameter(f"{path} {what}", param_hint=option)
 
 
 def check_ratio(ratio: float) -> float:
