@@ -401,9 +401,13 @@ def test_search_neighbours_past_any_document_stops_at_its_last_page(env: dict[st
         (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--ratio", "nan"], 2, "(0, 1]"),
         (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--out", "/proc/nope/p.json"], 2,
          "cannot make the folder /proc/nope"),
+        (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--plot", "curve.exe"], 2,
+         "end the file name with .png"),
+        (["calibrate", "{pairs}", "--model", "tiny-colqwen2", "--out", "\udcff\udcfe"], 2,
+         "not UTF-8 text"),
     ],
     ids=["store-long", "store-host", "store-port", "migrate-proc", "query-not-utf8",
-         "calibrate-ratio", "calibrate-out"],
+         "calibrate-ratio", "calibrate-out", "calibrate-plot", "path-not-utf8"],
 )  # fmt: skip
 def test_values_the_fuzz_found_are_one_line(
     env: dict[str, Path], args: list[str], code: int, says: str

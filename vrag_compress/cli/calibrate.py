@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vrag_compress.cli.app import app, bench_app  # noqa: F401
-from vrag_compress.cli.options import check_ratio, check_writable
+from vrag_compress.cli.options import check_plot_path, check_ratio, check_writable
 from vrag_compress.progress import task_progress
 
 out = Console()
@@ -49,6 +49,8 @@ def calibrate(
     from vrag_compress.encoders.errors import StatsUnavailableError
 
     check_ratio(ratio)
+    if plot is not None:
+        check_plot_path(plot, "--plot")
     for path, option in ((out_path, "--out"), (plot, "--plot"), (json_out, "--json")):
         if path is not None:
             check_writable(path, option)  # before the model loads, not after the work

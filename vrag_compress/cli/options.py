@@ -47,6 +47,7 @@ def _path_checker(inner: Callable[..., Any] | None) -> Callable[..., Any]:
             try:
                 if isinstance(item, PurePath):
                     user_input.check_path_text(str(item), "path")
+                    user_input.check_utf8(str(item), "path")  # stored and printed as UTF-8
                 elif isinstance(item, str):
                     user_input.check_utf8(item, "text")
             except user_input.UserInputError as error:
@@ -124,6 +125,20 @@ def check_writable(path: Path, option: str) -> None:
     if path.is_dir() or not os.access(path.parent, os.W_OK):
         what = "is a folder" if path.is_dir() else "is in a folder this user cannot write"
         raise typer.BadParameter(f"{path} {what}", param_hint=option)
+
+
+def check_plot_path(path: Path, option: str) -> None:
+    """A plot file whose extension names a format matplotlib writes (checked before the work
+    whose last step draws it)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in kinds:
+        raise typer.BadParameter(
+            f"{user_input.show(str(path))}: end the file name with .png, .svg or .pdf "
+            f"(one of {', '.join(sorted(kinds))})",
+            param_hint=option,
+        )
 
 
 def check_ratio(ratio: float) -> float:
