@@ -31,8 +31,13 @@ def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def imports_of(*args: str | Path) -> tuple[set[str], str]:
-    """Every module one `python -m vrag_compress ARGS` process imports, and its stdout."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    """Every module one `python -m vrag_compress ARGS` process imports, and its stdout. Queries
+    are encoded with torch even where an ONNX export of the model sits in the user's cache."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "VRAG_QUERY_BACKEND": "torch",
+    }
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "vrag_compress", *map(str, args)],
         capture_output=True,

@@ -12,13 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vrag_compress.encoders.base import ST_PREFIX, Encoder
+from vrag_compress.encoders.base import ST_PREFIX, TEXT_MODELS, Encoder
 from vrag_compress.encoders.errors import (
     EncoderLoadError,
     ModelNotFoundError,
     model_not_found_message,
 )
-from vrag_compress.encoders.text import TEXT_MODELS
 from vrag_compress.encoders.tiny import TINY_MODELS
 
 log = logging.getLogger(__name__)
