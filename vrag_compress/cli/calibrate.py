@@ -12,6 +12,7 @@ from rich.table import Table
 
 from vrag_compress.cli.app import app, bench_app  # noqa: F401
 from vrag_compress.cli.options import check_plot_path, check_ratio, check_writable
+from vrag_compress.ingest.documents import display_path
 from vrag_compress.progress import task_progress
 
 out = Console()
@@ -113,5 +114,5 @@ def _print_profile(profile, out_path: Path, plot: Path | None) -> None:
     out.print(table)
     out.print(
         f"window: layers {min(profile.window)}..{max(profile.window)} of {profile.n_layers} "
-        f"→ {out_path}" + (f" (plot: {plot})" if plot else "")
+        f"→ {display_path(out_path)}" + (f" (plot: {display_path(plot)})" if plot else "")
     )

@@ -22,7 +22,8 @@ class CheckedPathGroup(TyperGroup):
     (`vrag bench ...` included) is checked by `user_input.check_path_text` while the command
     line is parsed, so a path no file system takes (a NUL, a 5,000-character name) is a usage
     error naming the option, never an `OSError` traceback from wherever it is first used; other
-    text must be UTF-8 (`user_input.check_utf8`: bytes a non-UTF-8 terminal passed are not)."""
+    text must be UTF-8 (`user_input.check_utf8`: bytes a non-UTF-8 terminal passed are not),
+    while a path may name a file whose name is not UTF-8 (an old Latin-1 name)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -46,8 +47,7 @@ def _path_checker(inner: Callable[..., Any] | None) -> Callable[..., Any]:
         for item in value if isinstance(value, (list, tuple)) else (value,):
             try:
                 if isinstance(item, PurePath):
-                    user_input.check_path_text(str(item), "path")
-                    user_input.check_utf8(str(item), "path")  # stored and printed as UTF-8
+                    user_input.check_path_text(str(item), "path")  # non-UTF-8 names are fine
                 elif isinstance(item, str):
                     user_input.check_utf8(item, "text")
             except user_input.UserInputError as error:
