@@ -22,6 +22,7 @@ from vrag_compress.cli import app
 pytestmark = pytest.mark.slow  # indexes with real models
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+USAGE = README.parent / "docs" / "usage.md"  # the README's full tour: its blocks run here too
 ELSEWHERE = {
     "ask": "tests/test_cli_index.py (a fake chat model)",
     "serve": "tests/test_serve_*.py (a real server process)",
@@ -31,7 +32,12 @@ SETUP_BLOCKS = ("make demo", "pip install")  # the set-up itself (`make test` is
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+    """The README's fenced blocks, then those of docs/usage.md, in the order a reader meets them."""
+    return [
+        block
+        for page in (README, USAGE)
+        for block in re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.S)
+    ]
 
 
 @pytest.fixture
@@ -68,14 +74,14 @@ def test_the_bash_blocks_are_set_up_or_vrag_commands() -> None:
 
 def test_every_vrag_command_runs(reports: Path) -> None:
     pytest.importorskip("qdrant_client")
-    (block,) = [b for b in blocks("bash") if "vrag index" in b]
     ran = []
-    for args in commands(block, reports):
-        if args and args[0] in ELSEWHERE:
-            continue
-        result = CliRunner().invoke(app, args)
-        assert result.exit_code == 0, f"vrag {shlex.join(args)}: {result.output}"
-        ran.append(args[0] if args else "")
+    for block in [b for b in blocks("bash") if "vrag index" in b]:  # the tour, then all of it
+        for args in commands(block, reports):
+            if args and args[0] in ELSEWHERE:
+                continue
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 0, f"vrag {shlex.join(args)}: {result.output}"
+            ran.append(args[0] if args else "")
     assert {"index", "search", "show", "info", "verify", "delete", "optimize", "migrate"} <= set(
         ran
     )
