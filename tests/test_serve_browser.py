@@ -413,7 +413,8 @@ def test_search_with_an_image_finds_that_page_and_refuses_a_non_image(
     server, served_index, browser, tmp_path
 ):
     with VisualIndex.open(served_index, readonly=True) as index:
-        (doc,) = [d for d in index.documents() if d.n_pages > 1]
+        # the fixture's multi-page PDF (earlier tests in this module upload others)
+        (doc,) = [d for d in index.documents() if str(d.source).endswith("multi_page.pdf")]
         index.page_image(doc.doc_id, 2).save(tmp_path / "page two.png")
     (tmp_path / "notes.png").write_text("words, not pixels")
     browser.get(server + "/")
