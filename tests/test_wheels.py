@@ -1,4 +1,4 @@
-"""The five distributions build as wheels and sdists, pass `twine check`, and work installed.
+"""The six distributions build as wheels and sdists, pass `twine check`, and work installed.
 
 The wheels go into a fresh virtual environment (not editable). Their dependencies are already
 installed in the test environment, so the fresh environment reads them from there through a
@@ -58,7 +58,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the five wheels installed (no editable install)."""
+    """A fresh virtual environment with the six wheels installed (no editable install)."""
     env_dir = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -72,7 +72,7 @@ def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_distribution_builds_and_passes_twine_check(dist: Path) -> None:
     names = sorted(p.name for p in dist.iterdir())
-    assert len([n for n in names if n.endswith(".whl")]) == len(PROJECTS) == 5
+    assert len([n for n in names if n.endswith(".whl")]) == len(PROJECTS) == 6
     assert len([n for n in names if n.endswith(".tar.gz")]) == len(PROJECTS)
     _run(sys.executable, "-m", "twine", "check", "--strict", *sorted(dist.iterdir()))
 
@@ -104,7 +104,8 @@ def test_installed_wheels_index_search_and_import(
         "import llama_index.readers.vrag_compress as r\n"
         "import llama_index.vector_stores.vrag_compress as v\n"
         "import llama_index.retrievers.vrag_compress as t\n"
-        "print(*(m.__file__ for m in (vrag_compress, langchain_vrag_compress, r, v, t)))",
+        "import llama_index.postprocessor.vrag_compress as p\n"
+        "print(*(m.__file__ for m in (vrag_compress, langchain_vrag_compress, r, v, t, p)))",
         cwd=tmp_path,
         env=env,
     )
