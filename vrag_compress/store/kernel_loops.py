@@ -16,24 +16,13 @@ JIT = numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 @JIT
 def decode_token(row, index, out):
     """Token ``row`` of the index into ``out`` (float32), rounded to fp16 precision. False
-    (and NaN in ``out``) where the stored centroid id is out of range: damaged codes, which the
-    caller reports. ``index``: `CandidateIndex.kernel_arrays` (n_base, base codes and
-    residuals, tail codes and residuals, centroids, byte table)."""
-    n_base, base_codes, base_resid, tail_codes, tail_resid, centroids, table = index
-    if row < 0 or row >= n_base + len(tail_codes):  # damaged page bounds
-        out[:] = np.nan
+    (and NaN in ``out``) where the row or its stored centroid id is out of range: damaged
+    codes, which the caller reports. ``index``: `CandidateIndex.kernel_arrays` (n_base, base
+    codes and residuals, tail codes and residuals, centroids, byte table)."""
+    code = residual_token(row, index, out)
+    if code < 0:
         return False
-    if row < n_base:
-        code = np.int64(base_codes[row])
-        packed = base_resid[row]
-    else:
-        code = np.int64(tail_codes[row - n_base])
-        packed = tail_resid[row - n_base]
-    if code < 0 or code >= centroids.shape[0]:
-        out[:] = np.nan
-        return False
-    unpack_residual(packed, table, out)
-    centroid = centroids[code]
+    centroid = index[5][code]
     for d in range(len(out)):
         out[d] += centroid[d]
     round_to_fp16(out)
