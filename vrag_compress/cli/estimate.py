@@ -187,17 +187,7 @@ def estimate(
     compressed vs uncompressed MaxSim rankings; below 100 sampled pages it shows the table but
     recommends nothing (the intervals are too wide). With --queries-file: the agreement on
     your users' questions; with --judged: the judged retention@10 on judged questions."""
-    from vrag_compress.compress import CompressionError
-    from vrag_compress.encoders import EncoderLoadError
-    from vrag_compress.estimate import (
-        BOTH,
-        QUERY_CHOICES,
-        RELEVANCE,
-        EstimateError,
-        estimate_retention,
-    )
-    from vrag_compress.index import VisualIndexError
-    from vrag_compress.store import StoreError
+    from vrag_compress.estimate import BOTH, QUERY_CHOICES, RELEVANCE, estimate_retention
 
     ratio_list = parse_ratios(ratios)
     method_list = check_methods(methods)
@@ -226,34 +216,24 @@ def estimate(
             json_out,
         )
         return
-    try:
-        kinds = 2 if queries == BOTH else 1
-        steps = draws * kinds * (len(method_list) * len(ratio_list) + 1)
-        with _steps(steps, enabled=not json_out) as step:
-            result = estimate_retention(
-                source,
-                methods=method_list,
-                ratios=ratio_list,
-                sample=sample or 300,
-                seed=seed,
-                model=model,
-                device=device,
-                neighbours=neighbours,
-                queries=queries,
-                relevance=relevance,
-                scale_to_collection=not sample_only,
-                draws=draws,
-                progress=step,
-            )
-    except (
-        EstimateError,
-        CompressionError,
-        EncoderLoadError,  # a model that cannot load (missing, a bad st: folder, no such device)
-        VisualIndexError,
-        StoreError,
-    ) as exc:
-        err.print(f"error: {exc}")
-        raise typer.Exit(1) from exc
+    kinds = 2 if queries == BOTH else 1
+    steps = draws * kinds * (len(method_list) * len(ratio_list) + 1)
+    with _errors_exit(), _steps(steps, enabled=not json_out) as step:
+        result = estimate_retention(
+            source,
+            methods=method_list,
+            ratios=ratio_list,
+            sample=sample or 300,
+            seed=seed,
+            model=model,
+            device=device,
+            neighbours=neighbours,
+            queries=queries,
+            relevance=relevance,
+            scale_to_collection=not sample_only,
+            draws=draws,
+            progress=step,
+        )
     if json_out:
         typer.echo(result.to_json(target))
     else:
@@ -274,27 +254,39 @@ def _on_questions(
     json_out: bool,
 ) -> None:
     """`vrag estimate --queries-file / --judged`: the figures on the user's own questions."""
+    from vrag_compress.estimate_queries import DEFAULT_QUERY_SAMPLE, estimate_on_queries
+
+    with _errors_exit(), _steps(len(methods) * len(ratios) + 1, enabled=not json_out) as step:
+        result = estimate_on_queries(
+            source,
+            queries_file=queries_file,
+            judged=judged,
+            methods=methods,
+            ratios=ratios,
+            sample=sample or DEFAULT_QUERY_SAMPLE,
+            seed=seed,
+            model=model,
+            device=device,
+            progress=step,
+        )
+    if json_out:
+        typer.echo(json.dumps(result.to_dict(target), indent=2))
+    else:
+        print_on_questions(result, target, out)
+
+
+@contextmanager
+def _errors_exit() -> Iterator[None]:
+    """What an estimate can meet on the user's input (an unreadable source or questions file, a
+    model that cannot load, a damaged index) as one error line and exit 1."""
     from vrag_compress.compress import CompressionError
     from vrag_compress.encoders import EncoderLoadError
     from vrag_compress.estimate import EstimateError
-    from vrag_compress.estimate_queries import DEFAULT_QUERY_SAMPLE, estimate_on_queries
     from vrag_compress.index import VisualIndexError
     from vrag_compress.store import StoreError
 
     try:
-        with _steps(len(methods) * len(ratios) + 1, enabled=not json_out) as step:
-            result = estimate_on_queries(
-                source,
-                queries_file=queries_file,
-                judged=judged,
-                methods=methods,
-                ratios=ratios,
-                sample=sample or DEFAULT_QUERY_SAMPLE,
-                seed=seed,
-                model=model,
-                device=device,
-                progress=step,
-            )
+        yield
     except (
         EstimateError,
         CompressionError,
@@ -304,10 +296,6 @@ def _on_questions(
     ) as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(1) from exc
-    if json_out:
-        typer.echo(json.dumps(result.to_dict(target), indent=2))
-    else:
-        print_on_questions(result, target, out)
 
 
 @contextmanager
