@@ -16,7 +16,7 @@ from vrag_compress.cli import app
 from vrag_compress.image_query import load_query_image
 from vrag_compress.ingest import Page
 from vrag_compress.ingest.ocr import PageOcr, TextBox
-from vrag_compress.testing import WordEncoder
+from vrag_compress.testing import word_page_index
 
 TEXTS = [
     "quarterly revenue by region north south",
@@ -28,14 +28,7 @@ TEXTS = [
 
 @pytest.fixture
 def word_index(tmp_path: Path):
-    encoder = WordEncoder()
-    compressor = get_compressor("sap", ratio=0.5, layers=[0, 1])
-    index = VisualIndex.create(tmp_path / "w.vrag", encoder=encoder, compressor=compressor)
-    pages = [
-        Page("doc", n, encoder.page_image(text), text, tmp_path / "doc.pdf")
-        for n, text in enumerate(TEXTS, start=1)
-    ]
-    index.add(pages, progress=False, ocr="never")
+    index, encoder = word_page_index(tmp_path, TEXTS)
     yield index, encoder
     index.close()
 

@@ -15,13 +15,11 @@ from vrag_compress import (
     Page,
     RerankCandidate,
     RerankInputError,
-    VisualIndex,
-    get_compressor,
     rerank_order,
     rerank_scores,
 )
 from vrag_compress.cli import app as cli
-from vrag_compress.testing import WordEncoder
+from vrag_compress.testing import word_page_index
 
 TEXTS = [
     "annual budget revenue forecast",
@@ -33,14 +31,7 @@ TEXTS = [
 
 @pytest.fixture
 def word_index(tmp_path: Path):
-    encoder = WordEncoder()
-    compressor = get_compressor("sap", ratio=0.5, layers=[0, 1])
-    index = VisualIndex.create(tmp_path / "w.vrag", encoder=encoder, compressor=compressor)
-    pages = [
-        Page("doc", n, encoder.page_image(text), text, tmp_path / "doc.pdf")
-        for n, text in enumerate(TEXTS, start=1)
-    ]
-    index.add(pages, progress=False, ocr="never")
+    index, encoder = word_page_index(tmp_path, TEXTS)
     yield index, encoder
     index.close()
 

@@ -91,6 +91,23 @@ class WordEncoder:
         ]
 
 
+def word_page_index(folder: Path, texts: Sequence[str]) -> tuple[Any, WordEncoder]:
+    """A `VisualIndex` in ``folder`` of one document whose page n carries ``texts[n - 1]``
+    (printed for `WordEncoder`, and as its text layer), SAP at half its vectors; close it."""
+    from vrag_compress import VisualIndex, get_compressor
+    from vrag_compress.ingest import Page
+
+    encoder = WordEncoder()
+    compressor = get_compressor("sap", ratio=0.5, layers=[0, 1])
+    index = VisualIndex.create(folder / "w.vrag", encoder=encoder, compressor=compressor)
+    pages = [
+        Page("doc", n, encoder.page_image(text), text, folder / "doc.pdf")
+        for n, text in enumerate(texts, start=1)
+    ]
+    index.add(pages, progress=False, ocr="never")
+    return index, encoder
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real data folder; a missing one fails the test loudly (it is never skipped)."""
