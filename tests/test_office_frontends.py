@@ -3,6 +3,10 @@ LlamaIndex reader and `VisualIndex.add(ray=...)`. One deck, converted once into 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,14 +70,32 @@ def test_a_served_upload_of_a_deck_is_searchable(deck: Path, tmp_path: Path) -> 
         assert hits[0]["page_no"] == 2 and hits[0]["source"].endswith("deck.pptx"), hits
 
 
-def test_ray_workers_render_a_deck(deck: Path, tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
+RAY_DECK = """
+import json, sys
+from pathlib import Path
+from vrag_compress import VisualIndex
 
-    try:
-        with VisualIndex.create(tmp_path / "idx", model="minilm") as index:
-            report = index.add([deck], progress=False, ray="local", ocr="never")
-            assert report.pages_indexed == 3 and not report.failures, report.to_dict()
-            hit = index.search("ocelot rhubarb", k=1)[0]
-            assert hit.page_no == 2 and Path(hit.source).name == "deck.pptx"
-    finally:
-        ray.shutdown()
+deck, folder = Path(sys.argv[1]), Path(sys.argv[2])
+with VisualIndex.create(folder / "idx", model="minilm") as index:
+    report = index.add([deck], progress=False, ray="local", ocr="never")
+    hit = index.search("ocelot rhubarb", k=1)[0]
+print(json.dumps({"report": report.to_dict(), "page": hit.page_no, "source": hit.source}))
+"""
+
+
+def test_ray_workers_render_a_deck(deck: Path, tmp_path: Path) -> None:
+    """In a process of its own: a local Ray started here inherits no cluster settings (the
+    token authentication) that another test module left in this interpreter's Ray."""
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    done = subprocess.run(
+        [sys.executable, "-c", RAY_DECK, str(deck), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["report"]["pages_indexed"] == 3 and not found["report"]["failures"], found
+    assert found["page"] == 2 and Path(found["source"]).name == "deck.pptx"

@@ -287,7 +287,7 @@ def test_the_declared_minimum_llama_index_sends_images():
     pyprojects = sorted(Path(__file__).resolve().parents[1].glob("llama-index-*/pyproject.toml"))
     bound = re.compile(r'"llama-index-core>=([\d.]+),')
     minima = {bound.search(p.read_text()).group(1) for p in pyprojects}
-    assert len(pyprojects) == 3 and len(minima) == 1, minima  # one lower bound for the three
+    assert len(pyprojects) == 4 and len(minima) == 1, minima  # one lower bound for the four
     minimum = minima.pop()
     assert Version(minimum) >= Version("0.14.23")  # 0.14.22 drops the images silently
     assert Version(importlib.metadata.version("llama-index-core")) >= Version(minimum)
