@@ -104,9 +104,9 @@ def _run(
         )
         with index, IndexProgress(0, enabled=False) as bar:
             started = time.perf_counter()
-            pool = start_actors(ray, index, RayOptions(actors=actors), "never")
+            pool = start_actors(ray, index.store.config, RayOptions(actors=actors), "never")
             ready, cpu = time.perf_counter(), time.process_time()
-            indexer, report = index._indexer(), AddReport()
+            indexer, report = index.indexer(), AddReport()
             writing = _timed(indexer)
             planned = indexer.plan(files, {}, report, bar)
             run_units(indexer, pool, units(planned, batch_size), 2 * actors, report, bar)
