@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa
 from langchain_vrag_compress import CompressedColPaliRetriever, create_visual_qa_chain  # noqa: E402
 
 from vrag_compress import VisualIndex  # noqa: E402
-from vrag_compress.bench.paths import data_dir  # noqa: E402
+from vrag_compress.shared_data import data_dir  # noqa: E402
 
 PLACEHOLDER = (
     "(offline placeholder model; pass --llm provider:model for a real answer) "

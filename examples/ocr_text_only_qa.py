@@ -33,7 +33,7 @@ from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 from langchain_vrag_compress import CompressedColPaliRetriever  # noqa: E402
 
 from vrag_compress import VisualIndex  # noqa: E402
-from vrag_compress.bench.paths import data_dir  # noqa: E402
+from vrag_compress.shared_data import data_dir  # noqa: E402
 
 PROMPT = ChatPromptTemplate.from_messages(
     [

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench.beir import load_beir
+from vrag_compress.beir import load_beir
 from vrag_compress.cli.app import app
 
 KEYS = (

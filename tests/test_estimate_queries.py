@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vrag_compress.bench.beir import load_beir
+from vrag_compress.beir import load_beir
 from vrag_compress.cli import app
 from vrag_compress.estimate import EstimateError, EstimateRow, RetentionEstimate, row_range
 from vrag_compress.estimate_queries import (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vrag_compress.bench.beir import DatasetError, load_beir, load_dataset, split_queries
+from vrag_compress.beir import DatasetError, load_beir, load_dataset, split_queries
 
 
 def test_cranfield_text_layout(shared_data: Path) -> None:

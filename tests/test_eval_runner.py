@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench.beir import load_beir
+from vrag_compress.beir import load_beir
 from vrag_compress.bench.eval.runner import (
     BenchmarkError,
     MethodSpec,

@@ -8,7 +8,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from vrag_compress.bench.beir import load_beir
+from vrag_compress.beir import load_beir
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "judged_collections.py"
 

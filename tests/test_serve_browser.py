@@ -23,8 +23,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from vrag_compress import VisualIndex, get_compressor
-from vrag_compress.bench.serve import serving
 from vrag_compress.serve import ServeConfig, create_app
+from vrag_compress.serve.process import serving
 
 KEY = "browser-test-key"
 HOSTILE = "<img src=x onerror=window.pwned=1>.pdf"

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from vrag_compress import VisualIndex, get_compressor
-from vrag_compress.bench.serve import free_port, start_server
+from vrag_compress.serve.process import free_port, start_server
 
 KEY = "crash-test-key"
 

@@ -266,7 +266,7 @@ def test_a_real_server_on_loopback_answers_4xx_and_logs_no_long_lines(index_dir,
     unhandled error (the TestClient above bypasses uvicorn's logging)."""
     import httpx
 
-    from vrag_compress.bench.serve import free_port, start_server
+    from vrag_compress.serve.process import free_port, start_server
 
     port, log = free_port(), tmp_path / "server.log"
     server = start_server(index_dir, port, log, "--api-key", KEY, "--ocr", "never", timeout=180)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from vrag_compress import VisualIndex, get_compressor
-from vrag_compress.bench.serve import serving
 from vrag_compress.serve import ServeConfig, create_app
 from vrag_compress.serve.guards import BODY_SLACK
+from vrag_compress.serve.process import serving
 
 KEY = "limits-key"
 MIB = 2**20

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vrag_compress.bench.serve import free_port
+from vrag_compress.serve.process import free_port
 
 SERVER_FDS = 256
 SLOW_CONNECTIONS = 400

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vrag_compress.bench.serve import free_port, start_server
+from vrag_compress.serve.process import free_port, start_server
 
 KEY = "workers-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -37,7 +37,7 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
-from vrag_compress.bench.beir import read_jsonl
+from vrag_compress.beir import read_jsonl
 
 SENTENCE = re.compile(r"(?<=[.?!])\s+")
 MIN_DOC_WORDS = 10

@@ -27,8 +27,8 @@ import pypdfium2 as pdfium
 from PIL import Image
 
 from vrag_compress import VisualIndex, get_compressor
-from vrag_compress.bench.paths import data_dir
 from vrag_compress.encoders.tiny import tiny_model_path
+from vrag_compress.shared_data import data_dir
 
 RATIO = 0.25
 

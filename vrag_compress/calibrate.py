@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vrag_compress.bench.beir import DatasetError, load_beir, read_jsonl
+from vrag_compress.beir import DatasetError, load_beir, read_jsonl
 from vrag_compress.compress.base import CompressionError, budget
 from vrag_compress.compress.common import page_stat, top_k_positions
 from vrag_compress.compress.profiles import (

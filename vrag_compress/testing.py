@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from vrag_compress.bench.paths import data_dir
 from vrag_compress.encoders.base import PageEncoding
+from vrag_compress.shared_data import data_dir
 
 WORD_DIM = 32
 

@@ -1,33 +1,14 @@
-"""Where the shared real data lives (tests, benchmarks and demos read it, never copy it)."""
+"""The benchmarks' command-line view of their inputs: the shared data folder checked (a missing
+one is a usage error naming ``--data``), BEIR datasets named by an option, and scratch folders.
+Finding the shared data is `vrag_compress.shared_data`'s job, which tests and examples use too."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-DATA_ENV = "VRAG_DATA_DIR"
-
-
-def data_dir(explicit: Path | str | None = None) -> Path:
-    """The shared data folder: ``explicit`` (a ``--data`` option), else ``$VRAG_DATA_DIR``, else
-    the first ``shared/data`` found from the current directory upwards (so ``../shared/data``
-    from a checkout beside ``shared/``), else ``../shared/data`` relative to the current directory.
-
-    The installed package's location is never used: data belongs to the checkout, not the library.
-    """
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env)
-    cwd = Path.cwd().resolve()
-    for folder in (cwd, *cwd.parents):
-        candidate = folder / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    return cwd.parent / "shared" / "data"
+from vrag_compress.shared_data import DATA_ENV, data_dir
 
 
 def require_data_dir(explicit: Path | str | None = None) -> Path:
@@ -44,11 +25,11 @@ def require_data_dir(explicit: Path | str | None = None) -> Path:
 
 
 def load_dataset_option(dataset: str | Path, option: str = "--dataset") -> Any:
-    """`vrag_compress.bench.beir.load_dataset` for a command-line option: a folder that is
+    """`vrag_compress.beir.load_dataset` for a command-line option: a folder that is
     missing or not BEIR is a usage error naming the option (exit 2), not a traceback."""
     import typer
 
-    from vrag_compress.bench.beir import DatasetError, load_dataset
+    from vrag_compress.beir import DatasetError, load_dataset
 
     try:
         return load_dataset(dataset)

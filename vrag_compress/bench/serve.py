@@ -14,14 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +24,7 @@ import typer
 
 from vrag_compress.bench.app import bench_app
 from vrag_compress.bench.paths import scratch_dir
+from vrag_compress.serve.process import free_port, start_server
 
 WORDS = (
     "budget revenue court argument firearm background checks layoffs aviation maintenance "
@@ -320,61 +315,3 @@ def run_load(
         "rps": round(len(latencies) / wall, 2),
         **extra,
     }
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve an ASGI ``app`` with uvicorn on a free loopback port, in a thread, for the block;
-    yields its base URL (tests that need a real socket but not a second process)."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not server.started:
-        raise RuntimeError("uvicorn did not start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-
-
-def start_server(
-    index_dir: Path, port: int, log: Path, *options: str, timeout: float = 300
-) -> subprocess.Popen:
-    """A real `vrag serve INDEX --port PORT [options]` process, returned once /api/info answers
-    (the load test and the kill -9 test drive the server exactly as users start it)."""
-    import httpx
-
-    command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir)]
-    command += ["--port", str(port), *options]
-    with open(log, "ab") as out:  # its own process group: --workers children go with it
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vrag serve exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
-    raise RuntimeError(
-        f"vrag serve did not start within {timeout:.0f} s: {log.read_text()[-2000:]}"
-    )

@@ -1,6 +1,7 @@
 """BEIR-layout retrieval datasets: text corpora (Cranfield) and page-image corpora (ViDoRe).
 
-The one reader of the layout, for calibration (`vrag calibrate`) and the retention benchmark.
+The one reader of the layout, for calibration (`vrag calibrate`) and the benchmarks
+(`vrag bench retention`, `estimate`, `lexical`, ...), which live in a distribution of their own.
 Layout (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``) as described in
 ``shared/data/README.md``. Unlike some BEIR loaders, a document whose id equals a query id is
 kept (the classic collections reuse small integers for both).
