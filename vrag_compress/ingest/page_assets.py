@@ -10,7 +10,6 @@ import base64
 import hashlib
 import io
 import logging
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from vrag_compress.defaults import (
     DEFAULT_IMAGE_MAX_SIDE,
     DEFAULT_RENDERER,
 )
+from vrag_compress.durable import atomic_write
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.ingest.documents import page_id as default_page_id
 
@@ -139,7 +139,7 @@ class PageAssets:
             / f"{page_stem(doc_id, page_no, page_id)}.{self.format}"
         )
         data = image.data
-        _atomic_write(self.root / relative, lambda f: f.write(data))
+        atomic_write(self.root / relative, lambda f: f.write(data))
         return relative.as_posix()
 
     def image_path(self, ref: str | None) -> Path | None:
@@ -196,7 +196,7 @@ class PageAssets:
             arrays["kept"] = np.asarray(compressed.kept, dtype=np.int32)
         if compressed.assignment is not None:
             arrays["assignment"] = np.asarray(compressed.assignment, dtype=np.int32)
-        _atomic_write(self._layout_path(doc_id, page_no, page_id), lambda f: np.savez(f, **arrays))
+        atomic_write(self._layout_path(doc_id, page_no, page_id), lambda f: np.savez(f, **arrays))
 
     def _layout_path(self, doc_id: str, page_no: int, page_id: str | None = None) -> Path:
         stem = page_stem(doc_id, page_no, page_id)
@@ -230,11 +230,3 @@ class PageAssets:
         """Delete a document's stored images and layouts."""
         for folder in ("images", "layouts"):
             shutil.rmtree(self.root / folder / safe_name(doc_id), ignore_errors=True)
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrag_compress.durable import atomic_write
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import (
     SUPPORTED_SUFFIXES,
@@ -160,9 +161,7 @@ class Job:
             "error": self.error,
         }
         path = self.path.parent / RECORD
-        partial = path.with_name(RECORD + ".tmp")
-        partial.write_text(json.dumps(record, allow_nan=False, ensure_ascii=False))
-        os.replace(partial, path)
+        atomic_write(path, json.dumps(record, allow_nan=False, ensure_ascii=False))
 
     @classmethod
     def load(cls, folder: Path) -> Job:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from vrag_compress.durable import atomic_write
 from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
 from vrag_compress.store.local import LocalStore
 from vrag_compress.store.user_input import check_path_text
@@ -125,9 +126,7 @@ def open_store(
 def write_store_pointer(index_dir: str | os.PathLike[str], url: str) -> None:
     """Record in an index folder that its vectors live in the store at ``url`` (no secrets)."""
     pointer = Path(index_dir) / POINTER_NAME
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": backend(url).pointer_url(str(url))}, indent=2))
-    os.replace(tmp, pointer)
+    atomic_write(pointer, json.dumps({"url": backend(url).pointer_url(str(url))}, indent=2))
 
 
 def read_store_pointer(index_dir: str | os.PathLike[str]) -> str | None:
