@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +36,6 @@ from vrag_compress.ingest import IngestError, Page
 from vrag_compress.ingest.ocr import PageOcr
 from vrag_compress.ingest.page_assets import PageAssets
 from vrag_compress.progress import IndexProgress
-
-if TYPE_CHECKING:
-    from vrag_compress.index import VisualIndex
 
 log = logging.getLogger(__name__)
 
@@ -326,8 +323,11 @@ class ActorPool:
             actor, ref = self.submit(unit)
 
 
-def start_actors(ray: Any, index: VisualIndex, options: RayOptions, ocr_mode: str) -> ActorPool:
-    """One `PageWorker` actor per GPU (or CPU) of the cluster, spread over its nodes."""
+def start_actors(
+    ray: Any, config: Mapping[str, Any], options: RayOptions, ocr_mode: str
+) -> ActorPool:
+    """One `PageWorker` actor per GPU (or CPU) of the cluster, spread over its nodes, each
+    loading the model and compressor the index's recorded ``config`` names."""
     resources = ray.cluster_resources()
     gpus = options.num_gpus
     if gpus is None:
@@ -346,7 +346,7 @@ def start_actors(ray: Any, index: VisualIndex, options: RayOptions, ocr_mode: st
         scheduling_strategy="SPREAD",
     )
     device = "cuda" if gpus else "cpu"
-    actors = [remote.remote(index.store.config, device, ocr_mode) for _ in range(count)]
+    actors = [remote.remote(dict(config), device, ocr_mode) for _ in range(count)]
     ready = [actor.ready.remote() for actor in actors]
     wait_for(ray, ready, options.start_timeout_s, "the actors to start")  # a broken model: once
     log.info("%d Ray encoder actors on %s", count, device)
@@ -386,27 +386,26 @@ def units(states: Iterable[DocState], batch_size: int) -> Iterator[WorkUnit]:
 
 
 def add_on_ray(
-    index: VisualIndex,
+    indexer: Indexer,
     items: Any,
     metadata: dict[str, Any],
     *,
     progress: bool,
     page_ocr: PageOcr,
     options: RayOptions,
-    passwords: Mapping[str, str] | None = None,
 ) -> AddReport:
-    """`VisualIndex.add` with the compute on Ray and the commits here (see the module doc)."""
+    """`VisualIndex.add` with the compute on Ray and the commits here, through ``indexer``
+    (`VisualIndex.indexer`, see the module doc)."""
     if isinstance(items, (list, tuple)) and items and all(isinstance(i, Page) for i in items):
         raise VisualIndexError("ray= indexes files and folders; rendered Pages are added locally")
     ray = connect(options.address)
-    indexer = index._indexer(passwords)
     report = AddReport(ocr_mode=page_ocr.mode)
     started = time.perf_counter()
     with IndexProgress(0, enabled=progress) as bar:
         planned = indexer.plan(items, metadata, report, bar)
         first = next(planned, None)
         if first is not None:  # something to do: only then start the actors (and the model)
-            pool = start_actors(ray, index, options, page_ocr.mode)
+            pool = start_actors(ray, indexer.store.config, options, page_ocr.mode)
             limit = options.in_flight or 2 * len(pool.actors)
             run_units(
                 indexer, pool, units(_chain(first, planned), indexer.batch_size), limit, report, bar

@@ -60,9 +60,9 @@ from vrag_compress.store import (
     VerifyReport,
 )
 from vrag_compress.store.base import LayoutStore, SearchMode
-from vrag_compress.store.catalog import CATALOG_NAME
+from vrag_compress.store.local.catalog import CATALOG_NAME
 from vrag_compress.store.filters import check_user_metadata
-from vrag_compress.store.layout import choose_layout
+from vrag_compress.store.local.layout import choose_layout
 from vrag_compress.store.open import (
     create_store,
     open_store,
@@ -271,7 +271,7 @@ class VisualIndex:
         encode` measures them), `codes` ("none", "4bit", "2bit": the residual codes the
         candidate index keeps per vector) and `fp16`. By default (both None) the embedded store
         picks its layout by size: fp16 rows while small, `codes` (4bit unless given) once it
-        holds enough vectors for its candidate index (store/layout.py; ``codes="none"`` keeps
+        holds enough vectors for its candidate index (store/local/layout.py; ``codes="none"`` keeps
         fp16 rows for good). ``fp16=True`` always keeps the fp16 rows; ``fp16=False`` (embedded
         store) keeps only the codes: an index several times smaller that reranks on decoded
         vectors. The choice is kept in the index config.
@@ -751,7 +751,7 @@ class VisualIndex:
     def _page_vectors(self, pages: list[Page]) -> Iterator[np.ndarray]:
         """The compressed vectors `add` would store for each page (empty for a page without
         tokens), encoded in batches of `batch_size`."""
-        indexer = self._indexer()
+        indexer = self.indexer()
         for start in range(0, len(pages), self.batch_size):
             chunk = pages[start : start + self.batch_size]
             encodings, compressed = indexer.encode(chunk)
@@ -905,7 +905,7 @@ class VisualIndex:
             raise ValueError(
                 f"upsert_pages: {len(pages)} pages, {len(ids)} ids, {len(metas)} metadata dicts"
             )
-        return self._indexer().upsert(pages, ids, metas)
+        return self.indexer().upsert(pages, ids, metas)
 
     def upsert_vectors(
         self,
@@ -975,16 +975,14 @@ class VisualIndex:
             else:
                 options = RayOptions(address=None if ray is True else ray)
             return add_on_ray(
-                self,
+                self.indexer(passwords),
                 items,
                 extra,
                 progress=progress,
                 page_ocr=page_ocr,
                 options=options,
-                passwords=passwords,
             )
-        indexer = self._indexer(passwords)
-        return indexer.add(items, extra, progress=progress, page_ocr=page_ocr)
+        return self.indexer(passwords).add(items, extra, progress=progress, page_ocr=page_ocr)
 
     @property
     def reads_page_text(self) -> bool:
@@ -994,7 +992,14 @@ class VisualIndex:
             return isinstance(self._encoder, ReadsPageText)
         return is_text_model(self.model_id)
 
-    def _indexer(self, passwords: Mapping[str, str] | None = None) -> Indexer:
+    def indexer(self, passwords: Mapping[str, str] | None = None) -> Indexer:
+        """The index's write path as an `Indexer`, for callers that drive indexing in steps
+        rather than through `add`: plan the documents (`Indexer.plan`), encode pages elsewhere
+        (`Indexer.process`, as the Ray actors do) and commit them through this one writer
+        (`Indexer.write`, `Indexer.finish`), or add pages (`Indexer.add`, `Indexer.upsert`).
+        Everything it commits goes through the index's store and page files, so searches of
+        this index find it. ``passwords`` opens protected PDFs, as in `add`. For plain
+        indexing, call `add`."""
         return Indexer(
             self.store,
             self.assets,

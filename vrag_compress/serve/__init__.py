@@ -11,7 +11,8 @@ import json
 import os
 import socket
 
-from vrag_compress.serve.app import CONFIG_ENV, ServeConfig, create_app
+from vrag_compress.serve.app import CONFIG_ENV, create_app
+from vrag_compress.serve.config import ServeConfig
 from vrag_compress.serve.connections import GuardedH11Protocol
 from vrag_compress.serve.server import ensure_index
 

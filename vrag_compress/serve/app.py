@@ -24,8 +24,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vrag_compress.answering import ChatModel
 from vrag_compress.encoders.base import Encoder
 from vrag_compress.messages import EMPTY_QUERY
+from vrag_compress.serve.config import ServeConfig
 from vrag_compress.serve.connections import BodyTimeout, ConnectionLimits, install
-from vrag_compress.serve.deps import ApiError, ServeConfig, server_of
+from vrag_compress.serve.deps import ApiError, server_of
 from vrag_compress.serve.guards import RequestGuard, allowed_host_names
 from vrag_compress.serve.logs import shorten_request_logs
 from vrag_compress.serve.routes import ROUTERS

@@ -1,10 +1,8 @@
-"""What every router of `vrag serve` shares: the config, the error type, the key checks and the
-handle on the running `Server` (FastAPI dependencies, so routers hold no globals)."""
+"""What every router of `vrag serve` shares: the error type, the key checks and the handle on
+the running `Server` and its config (FastAPI dependencies, so routers hold no globals)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, Request, Security
@@ -15,30 +13,6 @@ from vrag_compress.serve.guards import key_problem
 
 if TYPE_CHECKING:
     from vrag_compress.serve.server import Server
-
-
-@dataclass
-class ServeConfig:
-    """What `vrag serve` was started with (also what `create_app` takes in tests)."""
-
-    index_dir: Path
-    api_key: str | None = None
-    reads_need_key: bool = False
-    llm: str | None = None
-    cors_origins: list[str] = field(default_factory=list)
-    max_upload_mb: float = 50.0
-    max_pages: int = 300
-    max_k: int = 100
-    ocr: str = "auto"
-    device: str = "auto"
-    model: str | None = None
-    host: str = "127.0.0.1"
-    allowed_hosts: list[str] = field(default_factory=list)
-    workers: int = 1
-    header_timeout_s: float = 10.0  # see serve.connections: slow clients
-    body_timeout_s: float = 30.0
-    max_connections: int | None = None
-    max_client_connections: int = 64
 
 
 class ApiError(Exception):

@@ -20,7 +20,7 @@ from typing import Any
 from vrag_compress.answering import ChatModel, load_chat_model
 from vrag_compress.encoders.base import Encoder, query_twin
 from vrag_compress.index import VisualIndex
-from vrag_compress.serve.deps import ServeConfig
+from vrag_compress.serve.config import ServeConfig
 from vrag_compress.serve.guards import hide_root
 from vrag_compress.serve.jobs import JobQueue
 
