@@ -37,10 +37,11 @@ LLAMA_INDEX := $(addprefix integrations/llama-index/llama-index-,\
 	postprocessor-vrag-compress)
 INTEGRATIONS := integrations/llama-index integrations/langchain
 
-$(VENV)/.installed: pyproject.toml constraints.txt integrations/langchain/pyproject.toml \
-		$(addsuffix /pyproject.toml,$(LLAMA_INDEX))
+# The benchmarks (`vrag bench ...`) are a distribution of their own in benchmarks/.
+$(VENV)/.installed: pyproject.toml constraints.txt benchmarks/pyproject.toml \
+		integrations/langchain/pyproject.toml $(addsuffix /pyproject.toml,$(LLAMA_INDEX))
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' \
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' -e ./benchmarks \
 		-e integrations/llama-index/llama-index-readers-vrag-compress \
 		-e integrations/llama-index/llama-index-vector-stores-vrag-compress \
 		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
@@ -64,7 +65,7 @@ demo: install-demo
 	$(BIN)/vrag index $(DOCS) --index $(INDEX) --model $(MODEL)
 	$(BIN)/vrag search $(INDEX) "$(QUERY)" -k 5
 
-PY_DIRS := vrag_compress tests examples tools
+PY_DIRS := vrag_compress benchmarks tests examples tools
 
 lint: install
 	$(BIN)/ruff check $(PY_DIRS)
@@ -73,7 +74,8 @@ lint: install
 		(cd $$pkg && $(abspath $(BIN))/ruff check . && $(abspath $(BIN))/ruff format --check .) || exit 1; \
 	done
 
-# mypy over vrag_compress and both integrations; settings (and strictness) in pyproject.toml.
+# mypy over vrag_compress, the benchmarks and the integrations; settings (and strictness) in
+# pyproject.toml.
 typecheck: install
 	$(BIN)/mypy
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from vrag_compress.bench import encode_archs
-from vrag_compress.bench.encode import ROW_KEYS
 from vrag_compress.cli import app
+from vrag_compress_bench import encode_archs
+from vrag_compress_bench.encode import ROW_KEYS
 
 # Published parameter counts (without the LM head the retrieval models drop), in millions.
 PUBLISHED_M = {

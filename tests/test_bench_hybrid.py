@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.beir import BeirDataset
-from vrag_compress.bench.eval.hybrid import ALPHAS, bm25_rankings, fused_run, run_hybrid
-from vrag_compress.bench.lexical import page_texts
 from vrag_compress.cli.app import app
+from vrag_compress_bench.eval.hybrid import ALPHAS, bm25_rankings, fused_run, run_hybrid
+from vrag_compress_bench.lexical import page_texts
 
 DOCS = {
     "d1": "shock wave boundary layer interaction",

@@ -9,9 +9,9 @@ import typer
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench.paths import require_data_dir
 from vrag_compress.cli.app import app
 from vrag_compress.shared_data import DATA_ENV, data_dir
+from vrag_compress_bench.paths import require_data_dir
 
 
 def test_explicit_folder_wins_over_the_environment(tmp_path, monkeypatch):

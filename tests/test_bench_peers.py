@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench import peers
 from vrag_compress.cli.app import app
+from vrag_compress_bench import peers
 
 SMALL = ["bench", "store", "--pages", "300", "--tokens-full", "60", "--queries", "5"]
 SMALL += ["--dim", "16", "--bruteforce-queries", "0", "--no-full-store"]
@@ -43,7 +43,7 @@ def _exchange(folder: Path, n_pages: int = 40, k: int = 6, dim: int = 8) -> list
 
 def _exact_ids(folder: Path, queries: list[np.ndarray]) -> list[list[str]]:
     """The exact top 10 as `add_all`'s page ids (what `vrag bench store` hands the peers)."""
-    from vrag_compress.store.maxsim import maxsim_scores, top_k
+    from vrag_compress.scoring.packed import maxsim_scores, top_k
 
     tokens, bounds = np.load(folder / "pages.npy"), np.load(folder / "bounds.npy")
     scores = maxsim_scores(queries, tokens, bounds)

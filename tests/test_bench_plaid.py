@@ -13,14 +13,14 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.bench.plaid_exchange import (
+from vrag_compress.cli.app import app
+from vrag_compress_bench.plaid_exchange import (
     RUNNER,
     read_results,
     recall_at_10,
     write_exchange,
 )
-from vrag_compress.bench.store import PageStream
-from vrag_compress.cli.app import app
+from vrag_compress_bench.store import PageStream
 
 FAST_PLAID_PYTHON = Path(os.environ.get("VRAG_FAST_PLAID_PYTHON", "/tmp/fastplaid/bin/python"))
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from vrag_compress.bench.eval.hybrid import plot_hybrid
-from vrag_compress.bench.eval.plot import plot_estimate, plot_retention, plot_sr_curve
+from vrag_compress_bench.eval.hybrid import plot_hybrid
+from vrag_compress_bench.eval.plot import plot_estimate, plot_retention, plot_sr_curve
 
 
 def _png_size(path: Path) -> tuple[int, int]:

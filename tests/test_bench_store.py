@@ -166,7 +166,7 @@ def test_skew_concentrates_the_common_words() -> None:
     """The knob does what it says: the most common word's share of tokens grows with skew."""
     import numpy as np
 
-    from vrag_compress.bench.skewed import skewed_corpus
+    from vrag_compress_bench.skewed import skewed_corpus
 
     def top_share(skew: float) -> float:
         _, ids, _, _ = skewed_corpus(16, skew, n_docs=200, n_queries=2)
@@ -177,7 +177,7 @@ def test_skew_concentrates_the_common_words() -> None:
 
 def test_real_pages_from_a_folder_of_pdfs(shared_data: Path) -> None:
     """A PDF folder is a corpus too: one document per page with text, queries drawn from it."""
-    from vrag_compress.bench.real_pages import corpus_texts
+    from vrag_compress_bench.real_pages import corpus_texts
 
     texts, queries = corpus_texts(shared_data / "pdfs" / "gov")
     assert len(texts) > 20 and all(len(t.split()) >= 8 for t in texts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vrag_compress.bench.eval.runner import (
+from vrag_compress_bench.eval.runner import (
     MethodSpec,
     compare_budgets,
     fixed_twin,

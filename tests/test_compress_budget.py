@@ -150,7 +150,7 @@ def test_bad_budget_parameters_are_clear():
 
 
 def test_compressor_for_passes_the_budget_and_the_benchmark_spec_parses_it():
-    from vrag_compress.bench.eval.runner import MethodSpec
+    from vrag_compress_bench.eval.runner import MethodSpec
 
     spec = MethodSpec.parse("uot:budget=adaptive")
     assert spec.params == {"budget": "adaptive"}
@@ -277,9 +277,9 @@ def test_a_fitted_fallback_is_recorded_and_spends_the_fixed_budget(monkeypatch):
 
 
 def test_the_benchmark_settles_the_check_once_and_reports_it(monkeypatch):
-    from vrag_compress.bench.eval.runner import settle_budget
     from vrag_compress.compress import base
     from vrag_compress.compress.budget_check import CHECK_MIN_PAGES, BudgetCheck
+    from vrag_compress_bench.eval.runner import settle_budget
 
     monkeypatch.setattr(
         base.BaseCompressor, "check_budget", lambda self, pages: BudgetCheck(0.3, 0.4, 7)

@@ -305,7 +305,7 @@ def _copy(index: Path, tmp_path: Path) -> Path:
 def _schema(path: Path) -> int:
     import sqlite3
 
-    from vrag_compress.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     conn = sqlite3.connect(path / cat.CATALOG_NAME)
     try:
@@ -338,7 +338,7 @@ def test_estimate_leaves_an_old_index_at_its_schema(tiny_index: Path, tmp_path: 
 def test_estimate_on_a_newer_index_is_a_clean_error(tiny_index: Path, tmp_path: Path):
     import sqlite3
 
-    from vrag_compress.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     path = _copy(tiny_index, tmp_path)
     conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)
@@ -357,7 +357,7 @@ def test_a_folder_sample_renders_only_the_drawn_pages(
     shared_data: Path, tmp_path: Path, monkeypatch
 ):
     from vrag_compress import ingest
-    from vrag_compress.estimate import _folder_pages
+    from vrag_compress.estimate.sampling import folder_sample
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -371,12 +371,12 @@ def test_a_folder_sample_renders_only_the_drawn_pages(
         return render(self, page_no)
 
     monkeypatch.setattr(ingest.PdfDocument, "_render", counting)
-    texts, images, total = _folder_pages(folder, 3, seed=0)
+    texts, images, total = folder_sample(folder, 3, seed=0)
     assert len(texts) == len(images) == 3 and len(rendered) == 3  # not all 6 pages
     assert total == 6  # the estimate is scaled to all of them
     assert len(set(rendered)) == 3
     rendered.clear()
-    assert len(_folder_pages(folder, 300, seed=0)[0]) == 6 and len(rendered) == 6
+    assert len(folder_sample(folder, 300, seed=0)[0]) == 6 and len(rendered) == 6
 
 
 def test_a_one_page_source_says_so(shared_data: Path, tmp_path: Path):
@@ -422,23 +422,23 @@ def test_away_relevance_estimates_identity_at_one_and_random_below():
 
 
 def test_the_notes_say_how_far_to_trust_the_figures(monkeypatch):
-    from vrag_compress import estimate
+    from vrag_compress.estimate import validation
 
     pseudo = token_span_queries(pages(), np.random.default_rng(1))
     first = estimate_pages(pseudo, ["random"], [0.1]).profile["own_first"]
     notes = estimate_pages(pseudo, ["random"], [0.1]).notes
     # span queries were never validated: every collection's largest error, and a bias note
     assert "within ±0.14" in notes[0] and "'tokens', validated with keyword and lead" in notes[1]
-    monkeypatch.setattr(estimate, "VALIDATED", (estimate.Validated("here", 60.0, first, 0.04),))
+    monkeypatch.setattr(validation, "VALIDATED", (validation.Validated("here", 60.0, first, 0.04),))
     result = estimate_pages(pseudo, ["random"], [0.1])
     assert "within ±0.04" in result.notes[0] and "bias:" in result.notes[1]
     assert "'tokens', validated with lead" in result.notes[1]
-    same = estimate.Validated("here", 60.0, first, 0.04, "tokens")
-    monkeypatch.setattr(estimate, "VALIDATED", (same,))
-    assert len(estimate.bias_notes(result)) == 1  # the same kind and profile: no bias note
-    far = estimate.Validated("far", 600.0, first - 0.5, 0.04, "tokens", 4400)
-    monkeypatch.setattr(estimate, "VALIDATED", (far,))
-    note = estimate.bias_notes(result)[1]
+    same = validation.Validated("here", 60.0, first, 0.04, "tokens")
+    monkeypatch.setattr(validation, "VALIDATED", (same,))
+    assert len(validation.bias_notes(result)) == 1  # the same kind and profile: no bias note
+    far = validation.Validated("far", 600.0, first - 0.5, 0.04, "tokens", 4400)
+    monkeypatch.setattr(validation, "VALIDATED", (far,))
+    note = validation.bias_notes(result)[1]
     assert "tokens per page, validated on 600-600" in note and "rank their own page" in note
     assert "sample" not in note  # the sample is the whole collection here
     big = estimate_pages(pseudo, ["random"], [0.1], collection_pages=100 * len(pseudo.pages))
@@ -498,7 +498,7 @@ def test_a_keyword_search_is_the_rarest_word_another_page_shares_taken_out_of_th
 
 
 def test_bench_estimate_halves_split_the_judged_queries_and_recompute_retention():
-    from vrag_compress.bench.estimate import judged_half
+    from vrag_compress_bench.estimate import judged_half
 
     rng = np.random.default_rng(5)
     full = rng.random(11) + 0.1

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vrag_compress.bench.eval.metrics import evaluate, evaluate_queries, top_k_run
-from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.scoring import maxsim
+from vrag_compress_bench.eval.metrics import evaluate, evaluate_queries, top_k_run
+from vrag_compress_bench.eval.runner import score_all
 
 pytestmark = pytest.mark.slow  # ranx compiles its metrics on first use (tens of seconds)
 

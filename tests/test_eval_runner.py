@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.beir import load_beir
-from vrag_compress.bench.eval.runner import (
+from vrag_compress.cli.app import app
+from vrag_compress_bench.eval.runner import (
     BenchmarkError,
     MethodSpec,
     encode_corpus,
     load_benchmark_encoder,
     run_retention,
 )
-from vrag_compress.cli.app import app
 
 pytestmark = pytest.mark.slow  # end to end with real models and data
 
@@ -204,7 +204,7 @@ def _row(method: str, estimated: float, measured: float) -> dict:
 
 
 def test_order_pairs_settle_clear_winners_and_never_ties():
-    from vrag_compress.bench.estimate import order_pairs, settled_order
+    from vrag_compress_bench.estimate import order_pairs, settled_order
 
     full = np.random.default_rng(0).random(120) + 0.1
     judged = {"uncompressed": full, "a@0.5": full, "b@0.5": 0.8 * full, "c@0.5": full.copy()}

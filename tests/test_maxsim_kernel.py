@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrag_compress.bench.eval.runner import score_all
 from vrag_compress.calibrate import _pair_curve
 from vrag_compress.compress.base import budget
 from vrag_compress.compress.common import top_k_positions
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.estimate import maxsim_matrix
 from vrag_compress.scoring import maxsim
-from vrag_compress.store.maxsim import maxsim_scores, pack_pages, query_blocks
+from vrag_compress.scoring.packed import maxsim_scores, pack_pages, query_blocks
+from vrag_compress_bench.eval.runner import score_all
 
 DIM = 16
 

@@ -165,8 +165,8 @@ def test_bench_onnx_arch_builds_indexes_exports_and_compares(
     """`--arch` on a tiny stand-in for colsmol-256m (the real size takes minutes)."""
     from typer.testing import CliRunner
 
-    from vrag_compress.bench import encode_archs
     from vrag_compress.cli import app
+    from vrag_compress_bench import encode_archs
 
     stand_in = encode_archs.RealArch("colsmol-256m", "vidore/colSmol-256M", "tiny", _tiny_colsmol)
     monkeypatch.setitem(encode_archs.ARCHS, "colsmol-256m", stand_in)

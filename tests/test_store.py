@@ -14,8 +14,8 @@ import inspect
 import numpy as np
 import pytest
 
-from vrag_compress.bench.synthetic import clustered_pages, queries_for
 from vrag_compress.scoring import maxsim
+from vrag_compress.scoring.packed import gather_pages, maxsim_scores, page_chunks, top_k
 from vrag_compress.store import (
     DocumentRecord,
     DuplicatePageError,
@@ -32,8 +32,8 @@ from vrag_compress.store import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from vrag_compress.store.maxsim import gather_pages, maxsim_scores, page_chunks, top_k
 from vrag_compress.store.open import create_store, open_store
+from vrag_compress_bench.synthetic import clustered_pages, queries_for
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "tiny/col", "compressor": {"name": "sap", "ratio": 0.1}}

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrag_compress.bench.synthetic import clustered_pages, queries_for
+from vrag_compress.scoring.packed import maxsim_scores
+from vrag_compress.scoring.torch_scorer import TorchScorer, choose_device
 from vrag_compress.store import LocalStore, PageRecord, StoreInputError
-from vrag_compress.store.maxsim import maxsim_scores
-from vrag_compress.store.torch_scoring import TorchScorer, choose_device
+from vrag_compress_bench.synthetic import clustered_pages, queries_for
 
 DIM = 16
 OPTIONS = {"centroid_min_tokens": -1, "exact_max_tokens": 0, "rerank_depth": 25}

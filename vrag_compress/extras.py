@@ -17,6 +17,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "rapidocr_onnxruntime": "ocr",
     "pdf2image": "pdf2image",
     "ranx": "bench",
+    "vrag_compress_bench": "bench",  # `vrag bench`: the vrag-compress-bench distribution
     "mcp": "mcp",
 }
 """Top-level module -> the extra of pyproject.toml that installs it."""

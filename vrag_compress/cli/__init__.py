@@ -1,6 +1,6 @@
 """The `vrag` command. The everyday verbs (`indexing`, `searching`, `maintenance`) are registered
-below; each other sibling module registers its commands on `app`; the benchmark
-modules in `vrag_compress.bench` register theirs on `bench_app` (`vrag bench ...`).
+below; each other sibling module registers its commands on `app`. `vrag bench ...` comes from the
+vrag-compress-bench distribution through an entry point (`cli.plugins`), imported only when it runs.
 
 Heavy imports (torch, transformers, faiss) happen inside the command functions.
 """
@@ -9,21 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import vrag_compress.bench.capture  # noqa: F401  (importing registers the commands)
-import vrag_compress.bench.compress  # noqa: F401
-import vrag_compress.bench.encode  # noqa: F401
-import vrag_compress.bench.estimate  # noqa: F401
-import vrag_compress.bench.ingest  # noqa: F401
-import vrag_compress.bench.lexical  # noqa: F401
-import vrag_compress.bench.ocr  # noqa: F401
-import vrag_compress.bench.onnx  # noqa: F401
-import vrag_compress.bench.plaid  # noqa: F401
-import vrag_compress.bench.query  # noqa: F401
-import vrag_compress.bench.ray_scaling  # noqa: F401
-import vrag_compress.bench.rerank  # noqa: F401
-import vrag_compress.bench.retention  # noqa: F401
-import vrag_compress.bench.serve  # noqa: F401
-import vrag_compress.bench.store  # noqa: F401
 from vrag_compress.cli import (  # noqa: F401  (importing calibrate, estimate registers them)
     calibrate,
     estimate,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.cli.options import CheckedPathGroup
+from vrag_compress.cli.plugins import VragGroup
 
 # Plain help (no rich markup): square brackets in help ("the [ocr] extra") stay text, and flags
 # are not shown with a "<bool>" type.
@@ -15,9 +14,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
-    cls=CheckedPathGroup,  # every path a command takes is checked while parsing
+    # every path a command takes is checked while parsing; `vrag bench` and other entry-point
+    # command groups are listed by name and imported only when they run
+    cls=VragGroup,
 )
-app.add_typer(bench_app, name="bench")
 
 
 def _print_version(value: bool) -> None:
@@ -37,4 +37,4 @@ def _main(
     """Index PDFs and page images with compressed ColPali-family embeddings and search them."""
 
 
-__all__ = ["app", "bench_app"]
+__all__ = ["app"]

@@ -25,8 +25,8 @@ from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.app import bench_app
 from vrag_compress.progress import task_progress
+from vrag_compress_bench.app import bench_app
 
 METRICS = ["ndcg@10", "ndcg@5", "mrr", "recall@10"]
 PLACEHOLDER = (8, 8)
@@ -112,8 +112,8 @@ def rerank(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
 ) -> None:
     """BM25's top --depth reranked by MaxSim over stored compressed pages, vs BM25 alone."""
-    from vrag_compress.bench.beir import DatasetError, load_beir
-    from vrag_compress.bench.eval.metrics import evaluate
+    from vrag_compress.beir import DatasetError, load_beir
+    from vrag_compress_bench.eval.metrics import evaluate
 
     try:
         data = load_beir(dataset)

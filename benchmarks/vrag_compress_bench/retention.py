@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from vrag_compress.bench.app import bench_app
+from vrag_compress_bench.app import bench_app
 
 
 def _split_list(text: str) -> list[str]:
@@ -157,11 +157,11 @@ def retention(
     import torch
     from rich.console import Console
 
-    from vrag_compress.bench.eval.analysis import kept_token_report
-    from vrag_compress.bench.eval.plot import plot_retention, plot_sr_curve
-    from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
-    from vrag_compress.bench.paths import load_dataset_option
     from vrag_compress.progress import task_progress
+    from vrag_compress_bench.eval.analysis import kept_token_report
+    from vrag_compress_bench.eval.plot import plot_retention, plot_sr_curve
+    from vrag_compress_bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress_bench.paths import load_dataset_option
 
     torch.set_num_threads(threads)
     console = Console()
@@ -218,7 +218,7 @@ def retention(
     if reports:
         result["kept_tokens"] = reports
     if mode == "hybrid":
-        from vrag_compress.bench.eval.hybrid import print_hybrid_table, run_hybrid
+        from vrag_compress_bench.eval.hybrid import print_hybrid_table, run_hybrid
 
         qrels = {q: data.qrels[q] for q in evaluated}
         result["hybrid"] = run_hybrid(data, corpus.doc_ids, evaluated, qrels, rankings)
@@ -232,7 +232,7 @@ def retention(
     if plot is not None:
         console.print(f"wrote {plot_retention(result, plot)}")
     if hybrid_plot is not None and "hybrid" in result:
-        from vrag_compress.bench.eval.hybrid import plot_hybrid
+        from vrag_compress_bench.eval.hybrid import plot_hybrid
 
         console.print(f"wrote {plot_hybrid(result, hybrid_plot)}")
     curve = result["calibration"]["sr_curve"]

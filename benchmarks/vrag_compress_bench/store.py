@@ -25,9 +25,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import scratch_dir
-from vrag_compress.bench.store_timing import (
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.paths import scratch_dir
+from vrag_compress_bench.store_timing import (
     add_all,
     first_query_cost,
     peak_rss_mb,
@@ -104,7 +104,7 @@ def bench_store(
         help="--no-fp16: the compressed store keeps only the --codes (4bit/2bit), no fp16 "
         "vectors; its exact and two-stage searches score the decoded vectors. --fp16 keeps fp16 "
         "vectors. Neither: the default layout by size (fp16 below 500,000 vectors, 4bit codes "
-        "only from there; store/layout.py).",
+        "only from there; store/local/layout.py).",
     ),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build the stores [tmp]."),
     keep_store: bool = typer.Option(
@@ -154,9 +154,9 @@ def bench_store(
     the embedded exact search."""
     from threadpoolctl import threadpool_limits
 
-    from vrag_compress.bench import peers as peer_runs
     from vrag_compress.compress.base import budget
-    from vrag_compress.store.layout import choose_layout
+    from vrag_compress.store.local.layout import choose_layout
+    from vrag_compress_bench import peers as peer_runs
 
     peers = peer_runs.parse_peers(against)
     if peers and backend != "embedded":
@@ -175,7 +175,7 @@ def bench_store(
     pool, source = _pool(data_kind, source_dataset, dim, skew, cache_dir, seed)
     k_tokens = budget(tokens_full, ratio)
     if backend == "qdrant-local":
-        from vrag_compress.bench.store_qdrant import run_qdrant_bench
+        from vrag_compress_bench.store_qdrant import run_qdrant_bench
 
         with threadpool_limits(limits=threads):
             data = _generate(
@@ -330,12 +330,12 @@ def _pool(
     if data_kind not in ("synthetic", "real", "skewed"):
         raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
     if data_kind == "skewed":
-        from vrag_compress.bench.skewed import skewed_pool
+        from vrag_compress_bench.skewed import skewed_pool
 
         return skewed_pool(dim, skew, seed=seed), None
     if data_kind == "synthetic":
         return None, None
-    from vrag_compress.bench.real_pages import load_pool
+    from vrag_compress_bench.real_pages import load_pool
 
     source = _real_source(source_dataset)
     err.print(f"encoding/loading real token vectors of {source} ...")
@@ -343,7 +343,7 @@ def _pool(
 
 
 def _real_source(source: Path | None) -> Path:
-    from vrag_compress.bench.paths import data_dir
+    from vrag_compress.shared_data import data_dir
 
     path = source or data_dir() / "cranfield"
     if not (path / "corpus.jsonl").is_file() and not any(path.rglob("*.pdf")):
@@ -377,7 +377,7 @@ def _generate(
     ``pool`` and the queries are the corpus's real ones."""
     if pool is not None:
         return _generate_real(pool, pages, tokens_full, k, n_queries, batch, keep_full, seed)
-    from vrag_compress.bench.synthetic import clustered_pages, queries_for, topic_centres
+    from vrag_compress_bench.synthetic import clustered_pages, queries_for, topic_centres
 
     rng = np.random.default_rng(seed)
     centres = topic_centres(256, dim, seed)
@@ -426,8 +426,8 @@ def _generate_real(
 
     Without full pages the compressed ones are a `PageStream`: generated batch by batch while
     they are written, never all in memory (a million pages are 26 GB of fp16)."""
-    from vrag_compress.bench.real_pages import pages as real_pages
-    from vrag_compress.bench.real_pages import queries as real_queries
+    from vrag_compress_bench.real_pages import pages as real_pages
+    from vrag_compress_bench.real_pages import queries as real_queries
 
     if not keep_full:
         stream = PageStream(lambda: real_pages(pool, pages, k, seed=seed, batch=batch), pages, k)
@@ -788,7 +788,7 @@ def _print(report: dict[str, Any]) -> None:
         table.add_row(name, value)
     out.print(table)
     if "peers" in report:
-        from vrag_compress.bench.peers import print_peers
+        from vrag_compress_bench.peers import print_peers
 
         print_peers(report, out)
 

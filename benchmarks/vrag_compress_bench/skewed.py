@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vrag_compress.bench.real_pages import TokenPool
+from vrag_compress_bench.real_pages import TokenPool
 
 VOCAB = 8192
 TOPICS = 64

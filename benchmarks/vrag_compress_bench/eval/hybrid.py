@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.bench.beir import BeirDataset
-from vrag_compress.bench.eval.metrics import METRICS, evaluate
+from vrag_compress.beir import BeirDataset
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.fusion import fuse
-from vrag_compress.store.search import HYBRID_DEPTH
+from vrag_compress.store.local.search import HYBRID_DEPTH
+from vrag_compress_bench.eval.metrics import METRICS, evaluate
 
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RUN_DEPTH = 100  # ranked documents per query given to the metrics (as the retention runs)
@@ -142,7 +142,7 @@ def print_hybrid_table(result: dict[str, Any], console) -> None:  # noqa: ANN001
 def plot_hybrid(result: dict[str, Any], out_png: str | Path) -> Path:
     """NDCG@10 against alpha for each visual ranking, with BM25, the visual ranking and RRF
     as horizontal references; writes a PNG."""
-    from vrag_compress.bench.eval.plot import new_figure, save_figure
+    from vrag_compress_bench.eval.plot import new_figure, save_figure
 
     hybrid = result["hybrid"]
     fig, ax = new_figure((7, 4.5))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import require_data_dir
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.paths import require_data_dir
 
 
 @bench_app.command("ingest")

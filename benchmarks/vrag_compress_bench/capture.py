@@ -21,7 +21,7 @@ from pathlib import Path
 
 import typer
 
-from vrag_compress.bench.app import bench_app
+from vrag_compress_bench.app import bench_app
 
 MODES = ("plain", "streaming", "eager", "naive")
 _MB = 2**20
@@ -85,7 +85,7 @@ def _naive_bytes(plain: dict) -> float:
 def _run_child(mode: str, spec: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "vrag_compress.bench.capture", mode, json.dumps(spec)],
+        [sys.executable, "-m", "vrag_compress_bench.capture", mode, json.dumps(spec)],
         capture_output=True,
         text=True,
         env=env,

@@ -90,7 +90,7 @@ def corpus_texts(source: Path, *, seed: int = 0) -> tuple[list[str], list[str]]:
     folder has none of its own)."""
     source = Path(source)
     if (source / "corpus.jsonl").is_file():
-        from vrag_compress.bench.beir import load_beir
+        from vrag_compress.beir import load_beir
 
         data = load_beir(source)
         return [t for t in data.docs.values() if t.strip()], list(data.queries.values())

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.retention import _Bar, _parse_window, _split_list
 from vrag_compress.estimate import DEFAULT_RELEVANCE
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.retention import _Bar, _parse_window, _split_list
 
 SETTLED = 0.9
 HALVES = ("all", "first", "second")
@@ -410,10 +410,10 @@ def estimate(
     import torch
     from rich.console import Console
 
-    from vrag_compress.bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
-    from vrag_compress.bench.paths import load_dataset_option
     from vrag_compress.estimate import QUERY_CHOICES, RELEVANCE
     from vrag_compress.progress import task_progress
+    from vrag_compress_bench.eval.runner import encode_corpus, load_benchmark_encoder, run_retention
+    from vrag_compress_bench.paths import load_dataset_option
 
     if queries not in QUERY_CHOICES:
         raise typer.BadParameter(f"choose {', '.join(QUERY_CHOICES)}", param_hint="--queries")
@@ -531,7 +531,7 @@ def estimate(
     json_out.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {json_out}")
     if plot is not None:
-        from vrag_compress.bench.eval.plot import plot_estimate
+        from vrag_compress_bench.eval.plot import plot_estimate
 
         title = f"{data.name} · {corpus.model_id} · {result.n_queries} {queries} pseudo-queries"
         if draws > 1:

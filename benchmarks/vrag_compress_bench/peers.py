@@ -27,14 +27,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.plaid_exchange import (
+from vrag_compress.extras import install_command
+from vrag_compress_bench.plaid_exchange import (
     RUNNER,
     _positions,
     read_results,
     recall_at_10,
     write_exchange,
 )
-from vrag_compress.extras import install_command
 
 err = Console(stderr=True)
 PEERS = ("muvera", "fast-plaid")
@@ -229,7 +229,7 @@ def _muvera_search(
     candidates: int,
 ) -> list[int]:
     """One query: its FDE, the HNSW candidates, and their exact MaxSim top 10."""
-    from vrag_compress.store.maxsim import gather_pages, maxsim_scores, top_k
+    from vrag_compress.scoring.packed import gather_pages, maxsim_scores, top_k
 
     q = np.ascontiguousarray(query, dtype=np.float32)
     fde = np.asarray(encoder.encode_queries(q), dtype=np.float32)[None]

@@ -19,8 +19,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.paths import scratch_dir
-from vrag_compress.bench.store_timing import add_all, timed_search
+from vrag_compress_bench.paths import scratch_dir
+from vrag_compress_bench.store_timing import add_all, timed_search
 
 out = Console()
 err = Console(stderr=True)
@@ -37,7 +37,7 @@ def run_qdrant_bench(
     config: dict[str, Any],
 ) -> dict[str, Any]:
     from vrag_compress.store import LocalStore
-    from vrag_compress.store.qdrant import CANDIDATES, QdrantStore
+    from vrag_compress.store.qdrant.store import CANDIDATES, QdrantStore
 
     bad = [v for v in variants if v not in CANDIDATES or v == "none"]
     if bad:

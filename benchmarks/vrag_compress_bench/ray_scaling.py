@@ -23,8 +23,8 @@ from typing import Any
 
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import require_data_dir
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.paths import require_data_dir
 
 DEFAULT_FOLDER = "pdfs/icdar2013"
 

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import scratch_dir
 from vrag_compress.serve.process import free_port, start_server
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.paths import scratch_dir
 
 WORDS = (
     "budget revenue court argument firearm background checks layoffs aviation maintenance "
@@ -225,9 +225,9 @@ def run_during_upload(
 
 def build_index(path: Path, pages: int, tokens: int, model: str, seed: int) -> None:
     """An index whose pages hold synthetic clustered vectors of the model's dimension."""
-    from vrag_compress.bench.synthetic import clustered_pages
     from vrag_compress.index import VisualIndex
     from vrag_compress.store import DocumentRecord, PageRecord
+    from vrag_compress_bench.synthetic import clustered_pages
 
     rng = np.random.default_rng(seed)
     with VisualIndex.create(path, model=model, compressor="identity") as index:

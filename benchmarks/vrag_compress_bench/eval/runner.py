@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.bench.beir import BeirDataset, DatasetError, split_queries
-from vrag_compress.bench.eval.metrics import METRICS, evaluate_queries, top_k_run
+from vrag_compress.beir import BeirDataset, DatasetError, split_queries
 from vrag_compress.compress import parse_method_spec
 from vrag_compress.compress.base import CompressionError, Compressor
 from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.store.maxsim import maxsim_scores, pack_pages
+from vrag_compress.scoring.packed import maxsim_scores, pack_pages
+from vrag_compress_bench.eval.metrics import METRICS, evaluate_queries, top_k_run
 
 CACHE_FORMAT = 1
 RUN_DEPTH = 100
@@ -484,7 +484,7 @@ def _stored_vectors(
     pages: list[np.ndarray], code: str, seed: int
 ) -> tuple[list[np.ndarray], float]:
     """The pages' vectors after a round trip through ``code`` and the bytes kept per token."""
-    from vrag_compress.store.centroids import code_roundtrip
+    from vrag_compress.store.candidates.cells import code_roundtrip
 
     lengths = [len(p) for p in pages]
     decoded, per_token = code_roundtrip(np.concatenate(pages), code, seed=seed)

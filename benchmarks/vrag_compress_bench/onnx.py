@@ -26,8 +26,8 @@ from typing import Any
 
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import data_dir
+from vrag_compress.shared_data import data_dir
+from vrag_compress_bench.app import bench_app
 
 BACKENDS = ("onnx", "torch")
 
@@ -93,7 +93,7 @@ def agreement(a: list[dict[str, float]], b: list[dict[str, float]], k: int) -> d
 def arch_index(arch: str, work: Path, n_pages: int) -> tuple[Path, dict[str, Any]]:
     """A real-size random-weight `arch` saved under `work`, an index of Cranfield documents
     encoded by it, and its ONNX export (each step reused when already there)."""
-    from vrag_compress.bench.beir import load_beir
+    from vrag_compress.beir import load_beir
     from vrag_compress.encoders.onnx_query import has_export
 
     model, index = work / "model", work / "index"
@@ -133,7 +133,7 @@ def save_random_arch(arch: str, out: Path) -> None:
     """Build `arch` (`bench.encode_archs`) with seed-0 random weights and save model + processor."""
     import torch
 
-    from vrag_compress.bench.encode_archs import ARCHS
+    from vrag_compress_bench.encode_archs import ARCHS
 
     if arch not in ARCHS:
         raise typer.BadParameter(f"unknown arch {arch!r}; choose one of {sorted(ARCHS)}")
@@ -164,7 +164,7 @@ def onnx(
     """Time ONNX against torch query encoding (fresh process and warm) and check agreement."""
     from rich.console import Console
 
-    from vrag_compress.bench.beir import load_beir
+    from vrag_compress.beir import load_beir
 
     if (index is None) == (arch is None):
         raise typer.BadParameter("give --index or --arch (not both)")

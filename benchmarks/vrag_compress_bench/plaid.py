@@ -24,16 +24,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import scratch_dir
-from vrag_compress.bench.plaid_exchange import (
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.paths import scratch_dir
+from vrag_compress_bench.plaid_exchange import (
     RUNNER,
     _positions,
     read_results,
     recall_at_10,
     write_exchange,
 )
-from vrag_compress.bench.store_timing import add_all, timed_search
+from vrag_compress_bench.store_timing import add_all, timed_search
 
 out = Console()
 err = Console(stderr=True)
@@ -67,8 +67,8 @@ def bench_plaid(
     our store (two-stage search) and of fast-plaid (CPU), on the same vectors."""
     from threadpoolctl import threadpool_limits
 
-    from vrag_compress.bench.store import _generate, _pool, _set_threads
     from vrag_compress.compress.base import budget
+    from vrag_compress_bench.store import _generate, _pool, _set_threads
 
     if not python.is_file():
         raise typer.BadParameter(f"{python}: no such Python", param_hint="--python")
@@ -136,8 +136,8 @@ def _ours(
 ) -> tuple[dict[str, Any], list[list[int]]]:
     """Our store built from the pages (add + candidate index, timed together as the build),
     its two-stage answers and median latency, and the exact reference (page positions)."""
-    from vrag_compress.bench.store import _dir_mb
     from vrag_compress.store import LocalStore
+    from vrag_compress_bench.store import _dir_mb
 
     config: dict[str, Any] = {"dim": 128, "model_id": "synthetic/clustered", "codes": codes}
     if not fp16:

@@ -18,9 +18,9 @@ from typing import Any
 
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.capture import _reset_peak, _rss_mb
 from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.capture import _reset_peak, _rss_mb
 
 ROW_KEYS = (
     "model",
@@ -68,7 +68,7 @@ def bench_encode(
     json_out: Path | None = typer.Option(None, "--json", help="Write the rows here (JSON list)."),
 ) -> None:
     """Pages/s and peak memory of a real-size encoder (random weights) on this CPU."""
-    from vrag_compress.bench.encode_archs import ARCHS
+    from vrag_compress_bench.encode_archs import ARCHS
 
     if arch not in ARCHS:
         raise typer.BadParameter(f"unknown arch {arch!r}; choose one of {sorted(ARCHS)}")
@@ -115,8 +115,8 @@ def run_encode_bench(
     import torch
     from PIL import Image
 
-    from vrag_compress.bench.encode_archs import ARCHS, PAGE_SIZE
     from vrag_compress.encoders.colpali import ColEncoder, detect_family_of_model
+    from vrag_compress_bench.encode_archs import ARCHS, PAGE_SIZE
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -20,8 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.store_timing import peak_rss_mb, search_times
+from vrag_compress_bench.app import bench_app
+from vrag_compress_bench.store_timing import peak_rss_mb, search_times
 
 out = Console()
 
@@ -45,10 +45,10 @@ def bench_query(
     """p50/p95 of searches on an existing store, per thread count, and its first answer (open
     + one search in this process; with --data pages, reading the queries from the store has
     already loaded the compiled decoder and warmed the page cache)."""
-    from vrag_compress.bench.store import _thread_counts
     from vrag_compress.store import LocalStore
-    from vrag_compress.store.catalog import CATALOG_NAME
+    from vrag_compress.store.local.catalog import CATALOG_NAME
     from vrag_compress.store.validate import check_mode
+    from vrag_compress_bench.store import _thread_counts
 
     counts = _thread_counts(threads)
     try:
@@ -92,15 +92,15 @@ def bench_query(
 
 def _queries(store: Any, data: str, source: Path | None, n: int, seed: int) -> list[np.ndarray]:
     if data == "real":
-        from vrag_compress.bench.real_pages import load_pool, queries
-        from vrag_compress.bench.store import _default_cache, _real_source
+        from vrag_compress_bench.real_pages import load_pool, queries
+        from vrag_compress_bench.store import _default_cache, _real_source
 
         pool = load_pool(_real_source(source), store.config["dim"], _default_cache(), seed=seed)
         return queries(pool, n)
     if data != "pages":
         raise typer.BadParameter("use pages or real", param_hint="--data")
-    from vrag_compress.store.maxsim import pack_pages
-    from vrag_compress.store.tuning import pseudo_queries
+    from vrag_compress.scoring.packed import pack_pages
+    from vrag_compress.store.candidates.tuning import pseudo_queries
 
     ids = store.page_ids()
     picked = np.random.default_rng(seed).choice(len(ids), size=min(n, len(ids)), replace=False)

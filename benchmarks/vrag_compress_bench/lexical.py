@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import typer
 
-from vrag_compress.bench.app import bench_app
-from vrag_compress.bench.paths import data_dir
+from vrag_compress.shared_data import data_dir
+from vrag_compress_bench.app import bench_app
 
 
 def page_texts(docs: list[str], n_pages: int, words: int, seed: int) -> list[str]:
@@ -153,8 +153,8 @@ def overlap_at_10(ours: list[list[int]], theirs: list[list[int]]) -> float:
 def judged(dataset: Any) -> dict[str, Any]:
     """NDCG@10 of text mode on the dataset's own documents (one page each) with the tantivy
     engine and with FTS5, and the top-10 overlap of the two."""
-    from vrag_compress.bench.eval.hybrid import RUN_DEPTH, bm25_rankings
-    from vrag_compress.bench.eval.metrics import evaluate
+    from vrag_compress_bench.eval.hybrid import RUN_DEPTH, bm25_rankings
+    from vrag_compress_bench.eval.metrics import evaluate
 
     doc_ids = list(dataset.docs)
     query_ids = dataset.judged_queries()
@@ -198,7 +198,7 @@ def lexical(
     from rich.console import Console
     from rich.table import Table
 
-    from vrag_compress.bench.beir import load_beir
+    from vrag_compress.beir import load_beir
 
     sizes = [int(s) for s in pages.replace(",", " ").split()]
     if not sizes or min(sizes) < 1:

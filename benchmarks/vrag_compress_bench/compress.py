@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vrag_compress.bench.app import bench_app
 from vrag_compress.progress import task_progress
+from vrag_compress_bench.app import bench_app
 
 out = Console()
 err = Console(stderr=True)
