@@ -94,3 +94,49 @@ def test_a_visual_search_does_import_the_model(index_dir: Path):
     assert {"torch", "transformers"} <= heavy_imports(
         "search", index_dir, "argument", "--mode", "exact", "--json"
     )
+
+
+def benchmark_modules(imported: set[str]) -> set[str]:
+    """The benchmark modules among ``imported`` (their distribution's package, or the package
+    they lived in inside the library before they became one)."""
+    return {
+        name for name in imported if name.startswith(("vrag_compress_bench", "vrag_compress.bench"))
+    }
+
+
+@pytest.mark.parametrize("command", [["search", "--help"], ["--help"]], ids=" ".join)
+def test_everyday_commands_import_no_benchmark_module(command: list[str]):
+    imported, stdout = imports_of(*command)
+    assert stdout.startswith("Usage: ")
+    assert benchmark_modules(imported) == set()
+
+
+def test_vrag_help_lists_the_benchmarks_by_name():
+    stdout = imports_of("--help")[1]
+    assert "  bench " in stdout and "Benchmarks that print numbers" in stdout
+
+
+def test_vrag_bench_imports_the_benchmarks_when_it_runs():
+    """The checks above can fail: `vrag bench --help` loads the group from its entry point
+    (importlib imports that module itself, which importtime does not list; the command modules
+    it imports are listed)."""
+    imported, stdout = imports_of("bench", "--help")
+    assert {"vrag_compress_bench.store", "vrag_compress_bench.retention"} <= benchmark_modules(
+        imported
+    )
+    assert "  store " in stdout and "  retention " in stdout
+
+
+def test_without_the_benchmarks_vrag_bench_says_what_to_install(monkeypatch):
+    from vrag_compress.cli import plugins
+
+    monkeypatch.setattr(plugins, "command_entry_points", dict)  # vrag-compress-bench missing
+    for args in (["bench"], ["bench", "store", "--pages", "10"], ["bench", "--help"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.output.splitlines() == [
+            "error: `vrag bench` needs the vrag-compress-bench package: pip install "
+            "'vrag-compress[bench]' (from a checkout: pip install -e ./benchmarks)"
+        ]
+    listing = CliRunner().invoke(app, ["--help"]).output.splitlines()
+    assert "  bench        Benchmarks; not installed (vrag-compress-bench)." in listing

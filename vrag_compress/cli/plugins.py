@@ -27,6 +27,7 @@ class KnownGroup:
     says about it before it is imported, and how to install it when it is missing."""
 
     help: str
+    title: str  # what `vrag --help` lists while it is not installed
     distribution: str
     install: str
 
@@ -34,6 +35,7 @@ class KnownGroup:
 KNOWN_GROUPS = {
     "bench": KnownGroup(
         help="Benchmarks that print numbers (and --json).",
+        title="Benchmarks",
         distribution="vrag-compress-bench",
         install="pip install 'vrag-compress[bench]' (from a checkout: pip install -e ./benchmarks)",
     ),
@@ -113,6 +115,6 @@ class VragGroup(CheckedPathGroup):
             help_text = known.help if known else ""
             return LazyCommand(cmd_name, lambda: load_group(cmd_name), help_text)
         if known is not None:
-            help_text = f"{known.help[:-1]}; needs the {known.distribution} package."
+            help_text = f"{known.title}; not installed ({known.distribution})."
             return LazyCommand(cmd_name, _missing(cmd_name), help_text)
         return None
