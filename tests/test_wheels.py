@@ -1,4 +1,5 @@
-"""The six distributions build as wheels and sdists, pass `twine check`, and work installed.
+"""The seven distributions (the core, its benchmarks, the LangChain and four LlamaIndex
+integrations) build as wheels and sdists, pass `twine check`, and work installed.
 
 The wheels go into a fresh virtual environment (not editable). Their dependencies are already
 installed in the test environment, so the fresh environment reads them from there through a
@@ -21,11 +22,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = [
     ROOT,
+    ROOT / "benchmarks",
     ROOT / "integrations" / "langchain",
     *sorted((ROOT / "integrations" / "llama-index").glob("llama-index-*-vrag-compress")),
 ]
 NOT_SOURCE = shutil.ignore_patterns(
-    ".venv", ".git", "build", "dist", "out", "*.egg-info", "__pycache__", ".*_cache", "integrations"
+    ".venv",
+    ".git",
+    "build",
+    "dist",
+    "out",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "integrations",
+    "benchmarks",
 )
 
 pytestmark = pytest.mark.slow
@@ -46,7 +57,7 @@ def _run(*args: object, cwd: Path | None = None, env: dict[str, str] | None = No
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels and sdists of the core and both integrations, built from copies of the sources."""
+    """Wheels and sdists of every distribution, built from copies of the sources."""
     out = tmp_path_factory.mktemp("dist")
     sources = tmp_path_factory.mktemp("src")
     for project in PROJECTS:
@@ -58,7 +69,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the six wheels installed (no editable install)."""
+    """A fresh virtual environment with the seven wheels installed (no editable install)."""
     env_dir = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -72,7 +83,7 @@ def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_distribution_builds_and_passes_twine_check(dist: Path) -> None:
     names = sorted(p.name for p in dist.iterdir())
-    assert len([n for n in names if n.endswith(".whl")]) == len(PROJECTS) == 6
+    assert len([n for n in names if n.endswith(".whl")]) == len(PROJECTS) == 7
     assert len([n for n in names if n.endswith(".tar.gz")]) == len(PROJECTS)
     _run(sys.executable, "-m", "twine", "check", "--strict", *sorted(dist.iterdir()))
 
@@ -87,7 +98,8 @@ def test_the_core_wheel_carries_what_an_index_expects(dist: Path) -> None:
     metadata = ZipFile(wheel).read(next(f for f in files if f.endswith("METADATA"))).decode()
     for field in ("License-Expression: Apache-2.0", "Classifier: Typing :: Typed", "Project-URL"):
         assert field in metadata
-    assert not any(f.startswith(("tests/", "integrations/")) for f in files)
+    assert not any(f.startswith(("tests/", "integrations/", "benchmarks/")) for f in files)
+    assert not any(f.startswith("vrag_compress_bench") for f in files)  # a wheel of its own
 
 
 def test_installed_wheels_index_search_and_import(
@@ -100,16 +112,18 @@ def test_installed_wheels_index_search_and_import(
     where = _run(
         python,
         "-c",
-        "import vrag_compress, langchain_vrag_compress\n"
+        "import vrag_compress, vrag_compress_bench, langchain_vrag_compress\n"
         "import llama_index.readers.vrag_compress as r\n"
         "import llama_index.vector_stores.vrag_compress as v\n"
         "import llama_index.retrievers.vrag_compress as t\n"
         "import llama_index.postprocessor.vrag_compress as p\n"
-        "print(*(m.__file__ for m in (vrag_compress, langchain_vrag_compress, r, v, t, p)))",
+        "print(*(m.__file__ for m in (vrag_compress, vrag_compress_bench, langchain_vrag_compress,"
+        " r, v, t, p)))",
         cwd=tmp_path,
         env=env,
     )
     assert all(str(installed) in path for path in where.split()), where
+    assert "  store " in _run(vrag, "bench", "--help", cwd=tmp_path, env=env)  # the entry point
     pdf = shared_data / "pdfs" / "gov" / "senate-expenditures.pdf"
     index = tmp_path / "wheel.vrag"
     _run(vrag, "index", pdf, "--index", index, "--model", "tiny-colpali", cwd=tmp_path, env=env)
