@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from vrag_compress.beir import load_beir
 from vrag_compress.cli import app
 from vrag_compress.estimate import EstimateError, EstimateRow, RetentionEstimate, row_range
-from vrag_compress.estimate_queries import (
+from vrag_compress.estimate.questions import (
     agreement,
     judged_gains,
     measure,
@@ -118,7 +118,7 @@ def test_identity_keeps_every_answer_and_random_at_a_small_ratio_does_not():
     assert rand.ndcg_low <= rand.ndcg <= rand.ndcg_high
     assert rand.judged_low <= rand.judged <= rand.judged_high
     assert rand.tokens_per_page < identity.tokens_per_page
-    from vrag_compress.estimate_queries import QueryEstimate
+    from vrag_compress.estimate.questions import QueryEstimate
 
     few = QueryEstimate(rows, 40, 40, 5, 0, "m")
     assert "no recommendation from 5 question(s)" in few.recommend(0.5)

@@ -254,7 +254,7 @@ def _on_questions(
     json_out: bool,
 ) -> None:
     """`vrag estimate --queries-file / --judged`: the figures on the user's own questions."""
-    from vrag_compress.estimate_queries import DEFAULT_QUERY_SAMPLE, estimate_on_queries
+    from vrag_compress.estimate.questions import DEFAULT_QUERY_SAMPLE, estimate_on_queries
 
     with _errors_exit(), _steps(len(methods) * len(ratios) + 1, enabled=not json_out) as step:
         result = estimate_on_queries(
