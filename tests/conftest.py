@@ -18,7 +18,7 @@ from vrag_compress.testing import shared_data  # noqa: E402, F401
 def make_old() -> Callable[[Path], None]:
     """Turns a store folder into one written before text indexes (schema 1: no FTS table, no
     text change log, no triggers), as an index made by an older vrag_compress is."""
-    from vrag_compress.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     def downgrade(path: Path) -> None:
         conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)

@@ -356,7 +356,7 @@ def test_a_store_without_a_candidate_index_says_so(cli_index: Path, tmp_path: Pa
     pytest.importorskip("qdrant_client")
     from vrag_compress.index import VisualIndex, VisualIndexError
     from vrag_compress.store import LocalStore, OptimizableStore
-    from vrag_compress.store.qdrant import QdrantStore
+    from vrag_compress.store.qdrant.store import QdrantStore
 
     assert issubclass(LocalStore, OptimizableStore)
     assert not issubclass(QdrantStore, OptimizableStore)

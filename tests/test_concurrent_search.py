@@ -269,7 +269,7 @@ def test_a_query_ranks_the_same_alone_and_in_any_batch(tmp_path, mode, options):
     scores, whichever batch a query lands in (this failed 1 run in 3-6 when scores were taken
     straight from the batched product)."""
     from vrag_compress.store import LocalStore
-    from vrag_compress.store.candidates import CodedTokens
+    from vrag_compress.store.candidates.files import CodedTokens
 
     rng = np.random.default_rng(9)
     pages = tied_pages()

@@ -32,7 +32,7 @@ from tests.test_ingest_hostile import bomb_page, good_page, write_raw_pdf
 from vrag_compress.cli import app
 from vrag_compress.distributed import RayOptions
 from vrag_compress.index import VisualIndex
-from vrag_compress.store.catalog import CATALOG_NAME
+from vrag_compress.store.local.catalog import CATALOG_NAME
 
 ray = pytest.importorskip("ray", reason="the [ray] extra (in dev) is not installed")
 

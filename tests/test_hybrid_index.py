@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from vrag_compress import VisualIndex
 from vrag_compress.cli import app
-from vrag_compress.store import catalog as cat
+from vrag_compress.store.local import catalog as cat
 
 pytestmark = pytest.mark.slow  # end to end with a real (tiny) model and real PDFs
 

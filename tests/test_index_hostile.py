@@ -24,7 +24,8 @@ from vrag_compress.cli import app
 from vrag_compress.index import VisualIndex
 from vrag_compress.ingest import Page
 from vrag_compress.ingest.page_assets import AssetPathError
-from vrag_compress.store import LocalStore, segments
+from vrag_compress.store import LocalStore
+from vrag_compress.store.local import segments
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""MaxSim straight from residual codes (`store/kernels.py`): the compiled kernel scores
+"""MaxSim straight from residual codes (`store/candidates/kernels.py`): the compiled kernel scores
 what numpy's decode-then-product scores, within the stated bound of not rounding through fp16,
 for 2- and 4-bit codes, base and tail parts, odd page and query lengths, on one thread or
 several; and a codes-only store past its fp32 cache answers through it exactly as one that
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from vrag_compress.scoring import maxsim
+from vrag_compress.scoring.packed import gather_pages, maxsim_scores
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store.centroids import ResidualCodec, _pack, _unpack
-from vrag_compress.store.kernels import byte_table
-from vrag_compress.store.maxsim import gather_pages, maxsim_scores
+from vrag_compress.store.candidates.cells import ResidualCodec, _pack, _unpack
+from vrag_compress.store.candidates.kernels import byte_table
 
 DIM = 32
 CENTRES = np.random.default_rng(0).normal(size=(40, DIM))
@@ -86,7 +86,7 @@ def test_the_kernel_bound_covers_the_largest_rounding_a_page_can_get():
     decoded = codec.decode(packed, codes, centroids)
     from types import SimpleNamespace
 
-    from vrag_compress.store.kernels import coded_maxsim
+    from vrag_compress.store.candidates.kernels import coded_maxsim
 
     index = SimpleNamespace(
         centroids=centroids,
@@ -111,7 +111,7 @@ def test_the_compiled_decoder_rounds_as_the_numpy_decoder_rounds():
     codec = ResidualCodec.fit(x - centroids[codes], 2)
     packed = codec.encode(x, codes, centroids)
     decoded = codec.decode(packed, codes, centroids)
-    from vrag_compress.store.kernels import kernels
+    from vrag_compress.store.candidates.kernels import kernels
 
     table = byte_table(codec.weights, 2)
     empty = np.empty((0, packed.shape[1]), np.uint8)
@@ -147,7 +147,7 @@ def test_a_codes_only_store_ranks_by_its_decoded_vectors(coded_store):
 def test_without_a_writable_cache_folder_the_kernels_cache_in_a_temporary_one(monkeypatch):
     from types import SimpleNamespace
 
-    from vrag_compress.store import kernels
+    from vrag_compress.store.candidates import kernels
 
     asked: list[str | None] = []
 
@@ -174,7 +174,7 @@ def test_a_new_process_reads_the_compiled_kernels_from_the_cache(tmp_path):
 
     script = (
         "import time, numpy as np\n"
-        "from vrag_compress.store.kernels import kernels, list_gains\n"
+        "from vrag_compress.store.candidates.kernels import kernels, list_gains\n"
         "t = time.perf_counter(); k = kernels()\n"
         "list_gains(np.zeros((1, 1), np.int64), np.ones((1, 1), np.float32),"
         " np.array([0, 1]), np.array([0], np.int32), 1)\n"
@@ -194,7 +194,7 @@ def test_compiled_decode_is_the_codecs_decode_bit_for_bit(nbits):
     """Including values below fp16's smallest normal (2^-14), which round in steps of 2^-24."""
     from types import SimpleNamespace
 
-    from vrag_compress.store.kernels import decode_rows
+    from vrag_compress.store.candidates.kernels import decode_rows
 
     rng = np.random.default_rng(nbits)
     levels = 1 << nbits

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("qdrant_client")
 
 from vrag_compress.store import DocumentRecord, LocalStore, PageRecord  # noqa: E402
-from vrag_compress.store.catalog import CATALOG_NAME  # noqa: E402
+from vrag_compress.store.local.catalog import CATALOG_NAME  # noqa: E402
 from vrag_compress.store.open import open_store  # noqa: E402
 
 PAGES = 120
@@ -119,7 +119,7 @@ def test_a_killed_migration_into_an_embedded_store_resumes_exactly_once(tmp_path
 
 DIE_IN_THIRD_BATCH = """
 import os, signal, sys
-from vrag_compress.store.qdrant import QdrantStore
+from vrag_compress.store.qdrant.store import QdrantStore
 
 real, calls = QdrantStore.upsert, []
 

@@ -19,7 +19,7 @@ TOY_BACKEND = '''
 """A backend for the test: embedded stores in folders named by ``toy://NAME`` URLs."""
 from pathlib import Path
 
-from vrag_compress.store.local import LocalStore
+from vrag_compress.store.local.store import LocalStore
 
 ROOT = Path(__file__).parent / "toy-stores"
 
@@ -79,7 +79,7 @@ def test_qdrant_urls_and_pointers_load_no_client_library(tmp_path):
         from pathlib import Path
         os.environ["QDRANT_API_KEY"] = "k"
         from vrag_compress.store.open import is_store_url, read_store_pointer
-        from vrag_compress.store.qdrant_access import (
+        from vrag_compress.store.qdrant.access import (
             api_key_for, key_withheld, parse_qdrant_url, pointer_url, url_options,
         )
         folder = Path({str(tmp_path)!r})
@@ -90,7 +90,7 @@ def test_qdrant_urls_and_pointers_load_no_client_library(tmp_path):
         assert url_options("qdrant://h:6333/c?shards=2") == {{"shards": 2}}
         assert pointer_url("qdrant+local://q").startswith("qdrant+local:///")
         loaded = sorted(m for m in sys.modules if m.startswith(("qdrant_client", "grpc")))
-        assert not loaded and "vrag_compress.store.qdrant" not in sys.modules, loaded
+        assert not loaded and "vrag_compress.store.qdrant.store" not in sys.modules, loaded
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store.candidates import INDEX_DIR, manifest_files
+from vrag_compress.store.candidates.files import INDEX_DIR, manifest_files
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "crash/centroids"}
@@ -25,7 +25,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     from vrag_compress.store import LocalStore, PageRecord
-    from vrag_compress.store import candidates as cand
+    from vrag_compress.store.candidates import files as cand
 
     path, point = sys.argv[1], sys.argv[2]
 
@@ -48,7 +48,7 @@ CHILD = textwrap.dedent(
         die_after(cand, "train")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "stage_commit":  # codes committed, staged segment files not yet unlinked
-        from vrag_compress.store.centroid_index import CentroidIndexes
+        from vrag_compress.store.local.candidates import CentroidIndexes
         die_before(CentroidIndexes, "_unlink_segments")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "merge":

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store.candidates import INDEX_DIR
+from vrag_compress.store.candidates.files import INDEX_DIR
 
 DIM = 32
 CONFIG = {"dim": DIM, "model_id": "centroid/test"}
@@ -148,7 +148,7 @@ def test_writes_and_compaction_during_a_background_training(tmp_path, monkeypatc
     compaction meanwhile must not remove the training's uncommitted files."""
     import threading
 
-    from vrag_compress.store import candidates as cand
+    from vrag_compress.store.candidates import files as cand
 
     trained = threading.Event()
     original = cand.train
@@ -190,7 +190,7 @@ def test_codes_must_fit_the_vector_width(tmp_path):
 def test_auto_takes_the_cheaper_path_by_the_cost_model(tmp_path, monkeypatch):
     """Without `exact_max_tokens`, `auto` is exact where it touches fewer vectors than
     two-stage would (small or tightly filtered collections) and two-stage elsewhere."""
-    from vrag_compress.store.search import Searcher
+    from vrag_compress.store.local.search import Searcher
 
     taken: list[str] = []
     exact, two = Searcher._exact, Searcher._two_stage

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrag_compress.store import candidates as cand
-from vrag_compress.store import centroids as cz
+from vrag_compress.scoring.packed import maxsim_scores
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.maxsim import maxsim_scores
+from vrag_compress.store.candidates import cells as cz
+from vrag_compress.store.candidates import files as cand
 
 DIM = 32
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store import segments as seg
+from vrag_compress.store.local import segments as seg
 from vrag_compress.store.migrate import compare_stores, copy_store, destination_config
 from vrag_compress.store.open import create_store, open_store
 
@@ -131,7 +131,7 @@ def test_migrating_a_codes_only_store_keeps_its_decoded_vectors(tmp_path, target
 
 @pytest.mark.skipif(not HAS_QDRANT, reason="no qdrant-client")
 def test_a_qdrant_collection_records_no_codes_it_does_not_keep(tmp_path):
-    from vrag_compress.store.qdrant import QdrantStore
+    from vrag_compress.store.qdrant.store import QdrantStore
 
     url = f"qdrant+local://{tmp_path / 'q'}?collection=c"
     with QdrantStore.create(url, {"dim": DIM, "model_id": "t", "codes": "4bit"}) as store:
@@ -145,7 +145,7 @@ def test_a_qdrant_collection_records_no_codes_it_does_not_keep(tmp_path):
 def test_a_failed_training_of_staged_rows_keeps_them_and_retries(tmp_path, monkeypatch, caplog):
     """The add's pages are committed before the codes train: a training error is logged, the
     pages stay staged (fp16, searchable) and the next write trains again."""
-    from vrag_compress.store import candidates as cand
+    from vrag_compress.store.candidates import files as cand
 
     real = cand.train
     calls = []

@@ -32,7 +32,7 @@ ODD_KEYS = ["ключ", "a\nb", "tab\there", "back\\slash", "dot.ted", "br[0]", 
 def open_new(root: Path, backend: str):
     if backend == "embedded":
         return LocalStore.create(root / "local", CONFIG)
-    from vrag_compress.store.qdrant import QdrantStore
+    from vrag_compress.store.qdrant.store import QdrantStore
 
     return QdrantStore.create(f"qdrant+local://{root / 'q'}", CONFIG)
 

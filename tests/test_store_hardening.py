@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord, StoreCorruptError, StoreError
-from vrag_compress.store import catalog as cat
 from vrag_compress.store.base import StoreExistsError
+from vrag_compress.store.local import catalog as cat
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "harden/test", "compressor": "sap"}
@@ -76,7 +76,8 @@ def test_a_failed_writer_open_does_not_keep_the_lock(store_path, monkeypatch):
 
 _CRASHING_CREATE = """
 import os, sys
-from vrag_compress.store import LocalStore, catalog
+from vrag_compress.store import LocalStore
+from vrag_compress.store.local import catalog
 real = catalog.create_catalog
 def create_then_die(path, meta):
     real(path, meta)

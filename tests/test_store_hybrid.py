@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord, StoreError
-from vrag_compress.store import catalog as cat
 from vrag_compress.store.fusion import RRF_K, fuse
 from vrag_compress.store.lexical import match_expression
+from vrag_compress.store.local import catalog as cat
 from vrag_compress.store.validate import StoreInputError
 
 DIM = 8
@@ -254,7 +254,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     from vrag_compress.store import LocalStore, PageRecord
-    from vrag_compress.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     def die_after(name):
         original = getattr(cat, name)

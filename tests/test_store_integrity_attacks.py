@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord, StoreCorruptError, StoreError
-from vrag_compress.store import catalog as cat
-from vrag_compress.store.candidates import INDEX_DIR
+from vrag_compress.store.candidates.files import INDEX_DIR
+from vrag_compress.store.local import catalog as cat
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "attack/integrity", "compressor": "sap"}

@@ -1,4 +1,4 @@
-"""The layout a store picks by size (store/layout.py): fp16 rows while small, residual codes once
+"""The layout a store picks by size (store/local/layout.py): fp16 rows while small, residual codes once
 the candidate index is trained past ``centroid_min_tokens``; the overrides; and the in-place
 switch of an existing store to codes only (`optimize(fp16=False)`), which a kill -9 at any point
 leaves with the old layout or the new one, never half."""
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord, StoreCorruptError, StoreError
-from vrag_compress.store import segments as seg
-from vrag_compress.store.candidates import INDEX_DIR, manifest_files
-from vrag_compress.store.layout import AUTO_CODES, choose_layout
+from vrag_compress.store.candidates.files import INDEX_DIR, manifest_files
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.layout import AUTO_CODES, choose_layout
 
 DIM = 64
 BASE = {"dim": DIM, "model_id": "t/layout"}
@@ -184,9 +184,10 @@ def test_damaged_fp16_rows_are_not_sealed_into_codes(tmp_path):
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from vrag_compress.store import LocalStore, integrity
-    from vrag_compress.store import candidates as cand
-    from vrag_compress.store.centroid_index import CentroidIndexes
+    from vrag_compress.store import LocalStore
+    from vrag_compress.store.local import integrity
+    from vrag_compress.store.candidates import files as cand
+    from vrag_compress.store.local.candidates import CentroidIndexes
 
     path, point = sys.argv[1], sys.argv[2]
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store import catalog as cat
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.segments import list_segment_files
-from vrag_compress.store.token_rows import SegmentTokens
+from vrag_compress.store.candidates.token_rows import SegmentTokens
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local.segments import list_segment_files
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "open/test"}

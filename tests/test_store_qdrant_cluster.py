@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("qdrant_client")
 
 from vrag_compress.store import StoreInputError  # noqa: E402
-from vrag_compress.store.qdrant import QdrantStore, url_options  # noqa: E402
+from vrag_compress.store.qdrant.store import QdrantStore, url_options  # noqa: E402
 
 CONFIG = {"dim": 8, "model_id": "test"}
 

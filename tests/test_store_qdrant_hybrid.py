@@ -10,7 +10,7 @@ from qdrant_client import models
 from tests.test_store_hybrid import CONFIG, HOSTILE, TEXTS, pages, vec
 from vrag_compress.store import LocalStore, PageRecord, StoreInputError
 from vrag_compress.store.fusion import RRF_K
-from vrag_compress.store.qdrant import PAGES, TEXT, QdrantStore
+from vrag_compress.store.qdrant.store import PAGES, TEXT, QdrantStore
 
 
 @pytest.fixture

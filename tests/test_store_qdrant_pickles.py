@@ -19,12 +19,12 @@ from typer.testing import CliRunner  # noqa: E402
 from vrag_compress import VisualIndex  # noqa: E402
 from vrag_compress.cli import app  # noqa: E402
 from vrag_compress.store import PageRecord  # noqa: E402
-from vrag_compress.store.qdrant import QdrantStore  # noqa: E402
-from vrag_compress.store.qdrant_local import (  # noqa: E402
+from vrag_compress.store.qdrant.local_mode import (  # noqa: E402
     UntrustedStoreError,
     storage_files,
     vet_local_folder,
 )
+from vrag_compress.store.qdrant.store import QdrantStore  # noqa: E402
 from vrag_compress.testing import WordEncoder  # noqa: E402
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from vrag_compress.scoring import maxsim
 from vrag_compress.store import LocalStore, PageRecord, StoreCorruptError
-from vrag_compress.store.segments import list_segment_files
+from vrag_compress.store.local.segments import list_segment_files
 
 DIM = 32
 CONFIG = {"dim": DIM, "model_id": "crash/test"}
@@ -41,7 +41,7 @@ WRITER = (
     + """
 import json, os, pathlib, random, signal, sys
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store import segments as seg_mod, writer as writer_mod
+from vrag_compress.store.local import segments as seg_mod, writer as writer_mod
 
 path, log_path, seed, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 

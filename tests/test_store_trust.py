@@ -18,7 +18,7 @@ from vrag_compress.store.open import (  # noqa: E402
     read_store_pointer,
     write_store_pointer,
 )
-from vrag_compress.store.qdrant_access import api_key_for, parse_qdrant_url  # noqa: E402
+from vrag_compress.store.qdrant.access import api_key_for, parse_qdrant_url  # noqa: E402
 from vrag_compress.store.validate import StoreInputError  # noqa: E402
 
 SECRET = "s3cr3t-key-value"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrag_compress.store import LocalStore, PageRecord, tuning
-from vrag_compress.store import candidates as cand
-from vrag_compress.store import centroids as cz
+from vrag_compress.store import LocalStore, PageRecord
+from vrag_compress.store.candidates import cells as cz
+from vrag_compress.store.candidates import files as cand
+from vrag_compress.store.candidates import tuning
 
 from .test_store_centroids import clustered, queries_from
 
@@ -42,7 +43,7 @@ def test_splitting_pages_over_threads_changes_no_score(trained, monkeypatch):
     """Threads own ranges of pages and add each page's gains in the same order, so the
     candidate set a lone query gets on two threads is the one it gets on one thread inside a
     batch (no last-bit differences at the cut), and every list entry is read by one thread."""
-    from vrag_compress.store import kernels
+    from vrag_compress.store.candidates import kernels
 
     monkeypatch.setattr(kernels, "MIN_ENTRIES_PER_THREAD", 1)  # split even these small lists
     index, tokens, bounds = trained

@@ -1,4 +1,4 @@
-"""The BM25 engine of text search (tantivy, store/text_engine.py): it agrees with the page text
+"""The BM25 engine of text search (tantivy, store/local/text_engine.py): it agrees with the page text
 after every write, deletes and re-indexing, filters, `verify` / `optimize`, readers of an index
 that is behind, a kill -9 at any point of a write, and the shared tokenizer's folding."""
 
@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vrag_compress.store import LocalStore, PageRecord, text_engine
-from vrag_compress.store import catalog as cat
+from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.lexical import terms
-from vrag_compress.store.text_files import TextIndexError
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import text_engine
+from vrag_compress.store.local.text_files import TextIndexError
 
 CONFIG = {"dim": 4, "model_id": "test/text-engine"}
 WORDS = "flat plate boundary layer heat transfer shock wave nozzle wing".split()
@@ -196,7 +197,7 @@ KILL_AT = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     from vrag_compress.store import LocalStore, PageRecord
-    from vrag_compress.store import text_engine as te
+    from vrag_compress.store.local import text_engine as te
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)

@@ -21,7 +21,7 @@ from vrag_compress.compress.profiles import (
 )
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.scoring import maxsim
-from vrag_compress.store.maxsim import maxsim_scores
+from vrag_compress.scoring.packed import maxsim_scores
 
 __all__ = [
     "BUILTIN_PROFILES",

@@ -22,7 +22,7 @@ from vrag_compress.defaults import (
     DEFAULT_RENDERER,
 )
 from vrag_compress.encoders.speedups import DTYPES, SPEEDUPS, encoder_options
-from vrag_compress.store.centroids import CODES
+from vrag_compress.store.candidates.cells import CODES
 
 if TYPE_CHECKING:
     from vrag_compress.compress.base import Compressor
@@ -87,7 +87,7 @@ class IndexOptions:
     ``dtype`` ("auto", "fp32", "bf16") and ``speedup`` ("none", "int8") are the Col* loading
     options; ``codes`` ("none", "4bit", "2bit") the residual codes of the candidate index;
     ``fp16`` True keeps fp16 rows for good, False only the codes (embedded store only); both
-    None (the default) let the store pick its layout by size (store/layout.py)."""
+    None (the default) let the store pick its layout by size (store/local/layout.py)."""
 
     batch_size: int = DEFAULT_BATCH_SIZE
     dpi: int = DEFAULT_DPI
@@ -134,7 +134,7 @@ class IndexConfig:
     "4bit", "2bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
     keeps no fp16 vectors at all (searches rerank the decoded codes); ``layout`` "auto" keeps
     fp16 rows while the index is small and switches to ``codes`` past a size (the default of a
-    new index, store/layout.py), "fixed" keeps what ``fp16`` says.
+    new index, store/local/layout.py), "fixed" keeps what ``fp16`` says.
     ``encoder_options`` are the Col* loading options chosen at create (``dtype``: "float32" or
     "bfloat16"; ``speedup``: "int8"); the encoder is loaded with them again on open.
     ``model_fingerprint`` is `encoders.fingerprint.model_fingerprint` of the model when the index

@@ -153,7 +153,7 @@ def check_targets(src: str, dst: str, repoint: Path | None, json_out: Path | Non
     DST that no file system takes or whose URL scheme no store has, ``--repoint`` to a folder
     that is not an index (or with a DST that is not a URL), a ``--json`` file that cannot be
     written. Each is a usage error (exit 2) naming the argument."""
-    from vrag_compress.store.catalog import CATALOG_NAME
+    from vrag_compress.store.local.catalog import CATALOG_NAME
     from vrag_compress.store.open import POINTER_NAME, check_target, is_store_url
 
     for text, hint in ((src, "SRC"), (dst, "DST")):

@@ -32,9 +32,12 @@ from vrag_compress.store.filters import FilterError
 from vrag_compress.store.validate import StoreInputError
 
 if TYPE_CHECKING:
-    from vrag_compress.store.local import LocalStore, StoreOptions
+    from vrag_compress.store.local.store import LocalStore, StoreOptions
 
-_LAZY = {"LocalStore": "vrag_compress.store.local", "StoreOptions": "vrag_compress.store.local"}
+_LAZY = {
+    "LocalStore": "vrag_compress.store.local.store",
+    "StoreOptions": "vrag_compress.store.local.store",
+}
 
 __all__ = [
     "DocumentRecord",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -307,8 +308,26 @@ class OptimizableStore(Protocol):
 @runtime_checkable
 class LayoutStore(Protocol):
     """A store that chooses how it keeps its vectors (fp16 rows, residual codes or both, by
-    size: store/layout.py) and can drop the fp16 rows in place (the embedded store)."""
+    size: store/local/layout.py) and can drop the fp16 rows in place (the embedded store)."""
 
     def vector_layout(self) -> dict[str, Any]:
         """The layout as `vrag info` shows it: ``rule``, ``fp16`` and ``codes``."""
         ...
+
+
+POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
+
+
+class StorePointer(str):
+    """A store URL read from an index folder's store.json rather than given by the user.
+
+    Whoever wrote the folder chose it, so a backend sends credentials from the environment to
+    its host only when the user named that host too (see `qdrant.access.api_key_for`)."""
+
+    folder: Path
+
+    def __new__(cls, url: str, folder: Path) -> StorePointer:
+        """The URL, remembering the index folder whose store.json named it."""
+        pointer = super().__new__(cls, url)
+        pointer.folder = folder
+        return pointer

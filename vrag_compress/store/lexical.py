@@ -1,32 +1,26 @@
-"""The lexical side of search: BM25 over the stored page text with SQLite FTS5.
+"""Text analysis shared by every backend: how page text and queries become terms.
 
-The text index lives in the catalog (catalog.py keeps it exact with triggers). User text never
-reaches FTS5 as syntax: its words are quoted and OR-ed, as a keyword engine treats a question, so
-quotes, ``NEAR``, ``*``, ``-`` or unbalanced parentheses are just characters. Raw FTS5 syntax
-(phrases, ``NEAR``, prefixes, boolean operators) is available on request, and a malformed raw
-query is a clear `StoreInputError`, never an SQLite error.
+One tokenizer (`terms`: NFKC-normalised, folded as SQLite's unicode61 folds) serves the embedded
+store's BM25 engine, its FTS5 queries and the Qdrant sparse vectors, so a query matches the same
+words everywhere. User text never reaches FTS5 as syntax: its words are quoted and OR-ed, as a
+keyword engine treats a question, so quotes, ``NEAR``, ``*``, ``-`` or unbalanced parentheses are
+just characters (`match_expression`). The search itself lives with each backend (the embedded
+store's is `vrag_compress.store.local.text_search`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import sqlite3
 import unicodedata
 import zlib
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from vrag_compress.store import catalog as cat
-from vrag_compress.store.context import StoreContext
 from vrag_compress.store.validate import StoreInputError
 
-if TYPE_CHECKING:
-    from vrag_compress.store.text_engine import TextEngine
-
+# Invisible characters that sit inside words (soft hyphen, zero-width space / joiners, word
+# joiner, BOM): removed before tokenizing, or "hyphen\u00adation" would be two words.
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
 # A run of letters or digits in any script: what the unicode61 tokenizer keeps as a token.
 _WORD = re.compile(r"[^\W_]+")
 MAX_TEXT_QUERY_CHARS = 100_000
@@ -41,6 +35,12 @@ STOPWORDS = frozenset(
 )
 
 
+def nfkc(text: str | None) -> str | None:
+    """The compatibility-folded form of ``text`` that the text index holds (and queries use),
+    without the invisible characters that would split a word."""
+    return None if text is None else unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
+
+
 def query_terms(text: str) -> list[str]:
     """The distinct folded terms a plain query searches for (as `terms` folds page text)."""
     return list(dict.fromkeys(fold(w) for w in query_words(text)))
@@ -50,7 +50,7 @@ def query_words(text: str) -> list[str]:
     """The distinct words a plain query searches for, as typed (the first spelling of each
     folded word), without stop words unless it has nothing else."""
     words: dict[str, str] = {}
-    for word in _WORD.findall(cat.nfkc(text) or ""):
+    for word in _WORD.findall(nfkc(text) or ""):
         words.setdefault(fold(word), word)
     content = [w for key, w in words.items() if key not in STOPWORDS]
     return content or list(words.values())
@@ -61,82 +61,8 @@ def match_expression(text: str, *, fts_syntax: bool = False) -> str | None:
     no words); with ``fts_syntax`` the text itself."""
     match_text(text)
     if fts_syntax:  # folded as the indexed text is ("ﬁnancial" -> "financial")
-        return cat.nfkc(text) if text.strip() else None
+        return nfkc(text) if text.strip() else None
     return " OR ".join(f'"{w}"' for w in query_words(text)) or None
-
-
-class LexicalIndex:
-    """BM25 top-k over a store's page text: plain queries through the BM25 engine
-    (text_engine.py) while it is up to date, else (and for raw FTS5 syntax) through the
-    catalog's FTS5 index (or, for a reader of a catalog made before text indexes, a private
-    temporary one (SQLite temp schema) rebuilt when the store changes)."""
-
-    def __init__(self, ctx: StoreContext, engine: TextEngine):
-        self.ctx = ctx
-        self.engine = engine
-        self._temp_generation: int | None = None
-
-    def search(
-        self,
-        text: str,
-        k: int,
-        where: tuple[str, Sequence[Any]] | None,
-        *,
-        fts_syntax: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(pids, bm25 scores)`` of the best ``k`` pages whose text matches, best first."""
-        match = match_expression(text, fts_syntax=fts_syntax)
-        if match is None:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        with self.ctx.catalog.mutex:
-            conn = self.ctx.catalog.connection()
-            if not fts_syntax:
-                with cat.translate_errors(self.ctx.catalog.path):
-                    hits = self._engine_search(conn, text, k, where)
-                if hits is not None:
-                    return hits
-            with cat.translate_errors(self.ctx.catalog.path):
-                self._ensure_index(conn)
-            try:
-                rows = cat.text_matches(conn, match, where, k)
-            except sqlite3.OperationalError as exc:
-                if not fts_syntax or cat.is_corruption(exc):
-                    with cat.translate_errors(self.ctx.catalog.path):
-                        raise
-                raise StoreInputError(
-                    f"the text query {text[:80]!r} is not valid FTS5 syntax ({exc}); search "
-                    "without raw FTS syntax to match its words as typed"
-                ) from None
-        pids = np.array([r[0] for r in rows], dtype=np.int64)
-        return pids, np.array([r[1] for r in rows], dtype=np.float64)
-
-    def _engine_search(
-        self,
-        conn: sqlite3.Connection,
-        text: str,
-        k: int,
-        where: tuple[str, Sequence[Any]] | None,
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The engine's hits; None when it is off or behind (the FTS5 index answers)."""
-        if not self.engine.enabled(conn):
-            return None
-        allowed = None
-        if where is not None:
-            allowed = np.array(sorted(cat.filtered_pids(conn, *where)), dtype=np.int64)
-        return self.engine.search(conn, query_terms(text), k, allowed)
-
-    def _ensure_index(self, conn: sqlite3.Connection) -> None:
-        """Use the catalog's text index; a catalog without one, or whose index holds unfolded
-        text (made before schema 3, open read-only here), gets a private one here."""
-        if cat.has_text_index(conn) and cat.text_index_folds(conn):
-            if self._temp_generation is not None:
-                cat.drop_temp_text_index(conn)
-                self._temp_generation = None
-            return
-        gen = cat.generation(conn)
-        if gen != self._temp_generation:
-            cat.build_temp_text_index(conn)
-            self._temp_generation = gen
 
 
 # ----------------------------------------------------------------------------- sparse BM25 terms
@@ -151,7 +77,7 @@ def terms(text: str | None) -> list[str]:
     text is ("ﬁ" -> "fi", soft hyphens and zero-width spaces removed), then each folded as the
     FTS5 tokenizer folds ("Café" -> "cafe"). The one tokenizer of the BM25 engine, the Qdrant
     sparse terms and the queries of both."""
-    normal = cat.nfkc(text) or ""
+    normal = nfkc(text) or ""
     if normal.isascii():  # nothing to strip: lower case is the whole fold
         return _WORD.findall(normal.lower())
     return [fold(w) for w in _WORD.findall(normal)]
@@ -160,7 +86,7 @@ def terms(text: str | None) -> list[str]:
 @functools.lru_cache(maxsize=1 << 16)
 def fold(word: str) -> str:
     """Lower case without diacritics, as the unicode61 tokenizer folds ("Ünï" -> "uni"); the
-    compatibility forms are folded before (`catalog.nfkc`), unicode61 does not fold them."""
+    compatibility forms are folded before (`nfkc`), unicode61 does not fold them."""
     decomposed = unicodedata.normalize("NFKD", word)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 

@@ -1,6 +1,6 @@
 """One entry point for every store backend, through one table (`BACKENDS`): a folder path is the
 embedded `LocalStore`; a URL's scheme names the module that builds its store (``qdrant://``,
-``qdrants://``, ``qdrant+local://``, ``qdrant+memory://`` -> `vrag_compress.store.qdrant`).
+``qdrants://``, ``qdrant+local://``, ``qdrant+memory://`` -> `vrag_compress.store.qdrant.store`).
 Callers (the index, the CLI, `vrag migrate`) then need no change beyond a URL, and a backend's
 client library is imported only when one of its URLs is used. Adding a backend = its module
 (with the three functions of `Backend`) + one row.
@@ -15,19 +15,23 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from vrag_compress.durable import atomic_write
-from vrag_compress.store.base import MultiVectorStore, StoreCorruptError
-from vrag_compress.store.local import LocalStore
+from vrag_compress.store.base import (
+    POINTER_NAME,
+    MultiVectorStore,
+    StoreCorruptError,
+    StorePointer,
+)
+from vrag_compress.store.local.store import LocalStore
 from vrag_compress.store.user_input import check_path_text
 from vrag_compress.store.validate import StoreInputError
 
 BACKENDS: dict[str, str] = {
-    "qdrant": "vrag_compress.store.qdrant",
-    "qdrants": "vrag_compress.store.qdrant",
-    "qdrant+local": "vrag_compress.store.qdrant",
-    "qdrant+memory": "vrag_compress.store.qdrant",
+    "qdrant": "vrag_compress.store.qdrant.store",
+    "qdrants": "vrag_compress.store.qdrant.store",
+    "qdrant+local": "vrag_compress.store.qdrant.store",
+    "qdrant+memory": "vrag_compress.store.qdrant.store",
 }
 """URL scheme -> the module whose `Backend` functions create and open that kind of store."""
-POINTER_NAME = "store.json"  # in an index folder whose vectors live elsewhere
 
 
 class Backend(Protocol):
@@ -46,21 +50,6 @@ class Backend(Protocol):
     def pointer_url(self, url: str) -> str:
         """``url`` as store.json records it (checked to hold no secret, made location-free)."""
         ...
-
-
-class StorePointer(str):
-    """A store URL read from an index folder's store.json rather than given by the user.
-
-    Whoever wrote the folder chose it, so a backend sends credentials from the environment to
-    its host only when the user named that host too (see `qdrant_access.api_key_for`)."""
-
-    folder: Path
-
-    def __new__(cls, url: str, folder: Path) -> StorePointer:
-        """The URL, remembering the index folder whose store.json named it."""
-        pointer = super().__new__(cls, url)
-        pointer.folder = folder
-        return pointer
 
 
 def _scheme(target: str | os.PathLike[str]) -> str | None:

@@ -171,7 +171,7 @@ def check_config(config: Any) -> dict[str, Any]:
 
 def check_layout(config: dict[str, Any]) -> None:
     """``codes``, ``fp16`` and ``layout`` of a config: a store without fp16 vectors, or one
-    that switches to codes by size (``layout: "auto"``, store/layout.py), needs residual codes
+    that switches to codes by size (``layout: "auto"``, store/local/layout.py), needs residual codes
     (4bit or 2bit) and a dimension they pack evenly."""
     codes = config.get("codes", "none")
     if codes not in ("none", "4bit", "2bit"):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store.maxsim import gather_pages
+from vrag_compress.scoring.packed import gather_pages
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.store.fusion import RRF_K, check_alpha, fuse
 from vrag_compress.store.lexical import sparse_document, sparse_query
-from vrag_compress.store.qdrant_access import (
+from vrag_compress.store.qdrant.access import (
     QdrantLocation,
     QdrantOptions,
     api_key_for,
@@ -63,8 +63,8 @@ from vrag_compress.store.qdrant_access import (
     url_options,
     with_retries,
 )
-from vrag_compress.store.qdrant_access import pointer_url as pointer_url  # a backend function
-from vrag_compress.store.qdrant_local import check_new_local_folder
+from vrag_compress.store.qdrant.access import pointer_url as pointer_url  # a backend function
+from vrag_compress.store.qdrant.local_mode import check_new_local_folder
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,
@@ -557,7 +557,7 @@ class QdrantStore(MultiVectorStore):
         ``auto`` is exact up to ``options.exact_max_pages`` pages. ``text`` searches the
         sparse BM25 vectors; ``hybrid`` both, fused (``fts_syntax`` is the embedded store's
         alone)."""
-        from vrag_compress.store.qdrant_filters import to_qdrant_filter
+        from vrag_compress.store.filters.qdrant import to_qdrant_filter
 
         k = check_k(k, pages=self.count)
         check_mode_options(check_mode(mode), texts, alpha, text_k, fts_syntax)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import kernels
+from vrag_compress.store.candidates import kernels
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import centroids as cz
-from vrag_compress.store.maxsim import gather_pages, maxsim_scores, top_k
+from vrag_compress.scoring.packed import gather_pages, maxsim_scores, top_k
+from vrag_compress.store.candidates import cells as cz
 
 DEFAULT_TARGET = 0.97
 MARGIN = 0.01  # the pseudo-queries must beat the target by this much

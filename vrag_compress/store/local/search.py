@@ -1,6 +1,6 @@
 """The search path of a `LocalStore`: filter, score (exact or two-stage) and resolve hits.
 
-The ``text`` mode ranks by BM25 over the page text (lexical.py); ``hybrid`` runs ``auto`` and
+The ``text`` mode ranks by BM25 over the page text (text_search.py); ``hybrid`` runs ``auto`` and
 ``text`` with the same filter and fuses the two candidate lists (fusion.py).
 
 ``exact`` scores every (filtered) page; ``two_stage`` takes candidate pages from the centroid
@@ -23,25 +23,25 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import integrity
-from vrag_compress.store.ann import TokenIndex
-from vrag_compress.store.base import SearchResult, StoreCorruptError
-from vrag_compress.store.candidates import CodedTokens
-from vrag_compress.store.centroid_index import CentroidIndexes, damage_advice
-from vrag_compress.store.context import StoreContext
-from vrag_compress.store.filter_sql import compile_filter
-from vrag_compress.store.fusion import check_alpha, fuse
-from vrag_compress.store.lexical import LexicalIndex
-from vrag_compress.store.maxsim import (
+from vrag_compress.scoring.packed import (
     gather_pages,
     maxsim_scores,
     one_blas_thread,
     parallel_map,
     settled_top_k,
 )
-from vrag_compress.store.snapshot import Snapshot, Snapshots
-from vrag_compress.store.text_engine import TextEngine
+from vrag_compress.store.base import SearchResult, StoreCorruptError
+from vrag_compress.store.candidates.ann import TokenIndex
+from vrag_compress.store.candidates.files import CodedTokens
+from vrag_compress.store.filters.sql import compile_filter
+from vrag_compress.store.fusion import check_alpha, fuse
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import integrity
+from vrag_compress.store.local.candidates import CentroidIndexes, damage_advice
+from vrag_compress.store.local.context import StoreContext
+from vrag_compress.store.local.snapshot import Snapshot, Snapshots
+from vrag_compress.store.local.text_engine import TextEngine
+from vrag_compress.store.local.text_search import LexicalIndex
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,

@@ -35,12 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import centroids as cz
-from vrag_compress.store import segments as seg
+from vrag_compress.durable import fsync_folder
+from vrag_compress.scoring.packed import gather_pages
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.kernels import CODED_SCORE_BAND, byte_table, coded_maxsim, decode_rows
-from vrag_compress.store.maxsim import gather_pages
-from vrag_compress.store.token_rows import LazyTokens
+from vrag_compress.store.candidates import cells as cz
+from vrag_compress.store.candidates.kernels import (
+    CODED_SCORE_BAND,
+    byte_table,
+    coded_maxsim,
+    decode_rows,
+)
+from vrag_compress.store.candidates.token_rows import LazyTokens
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,7 @@ class _Writer:
         return {"files": files, "pages": len(part.pids), "tokens": int(part.bounds[-1])}
 
     def finish(self) -> None:
-        seg.fsync_dir(self.folder)
+        fsync_folder(self.folder)
 
 
 def manifest_files(manifest: dict[str, Any] | None) -> set[str]:
@@ -156,7 +161,7 @@ def remove_orphans(
             entry.unlink(missing_ok=True)
             removed += 1
     if removed:
-        seg.fsync_dir(folder)
+        fsync_folder(folder)
     return removed
 
 

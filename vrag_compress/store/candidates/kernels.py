@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from vrag_compress.scoring.packed import parallel_map
 from vrag_compress.store.base import StoreCorruptError
-from vrag_compress.store.maxsim import parallel_map
 
 MIN_PAGES_PER_THREAD = 64  # smaller shares cost more to hand out than they save
 MIN_ENTRIES_PER_THREAD = 20_000  # list entries: below this one thread reads them as fast
@@ -75,7 +75,7 @@ def _load_loops(cache_dir: str | None = None) -> Any:
         import numba
 
         numba.config.CACHE_DIR = cache_dir  # type: ignore[attr-defined]
-    from vrag_compress.store import kernel_loops
+    from vrag_compress.store.candidates import kernel_loops
 
     return kernel_loops
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import segments as seg
-from vrag_compress.store.catalog import Catalog
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.catalog import Catalog
 
 DEFAULT_RECALL_TARGET = 0.97
 
@@ -40,7 +40,7 @@ class StoreOptions:
     # them, several queries (search_many) run one per thread, an exact pass splits its chunks;
     # BLAS runs one thread meanwhile (1: BLAS threads the products itself)
     threads: int = 1
-    # centroid-code candidate index (centroid_index.py): trained automatically once the store
+    # centroid-code candidate index (candidates.py): trained automatically once the store
     # holds this many vectors (0 or less: only by `optimize`); probes and rerank depth follow
     # the collection size unless fixed here
     centroid_min_tokens: int = 500_000
@@ -50,7 +50,7 @@ class StoreOptions:
     codes_min_tokens: int = 65_536
     # the recall@10 against exact search the candidate index is tuned to reach: after each
     # training it measures itself on pseudo-queries of the collection and keeps the cheapest
-    # probes and rerank depth that reach it (store/tuning.py); 0: the size rule instead;
+    # probes and rerank depth that reach it (store/candidates/tuning.py); 0: the size rule instead;
     # None: the store config's ``recall_target`` (set by `optimize(recall_target=...)`), 0.97
     recall_target: float | None = None
     centroid_nprobe: int | None = None

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError, StoreError, VerifyReport
-from vrag_compress.store.candidates import INDEX_DIR
-from vrag_compress.store.centroids import code_bytes_per_token
-from vrag_compress.store.context import StoreContext
+from vrag_compress.store.candidates.cells import code_bytes_per_token
+from vrag_compress.store.candidates.files import INDEX_DIR
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.context import StoreContext
 
 T = TypeVar("T")
 # Fresh snapshots a check takes when writers keep committing under it.

@@ -38,14 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import candidates as cand
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import centroids as cz
-from vrag_compress.store import integrity, layout, tuning
-from vrag_compress.store import segments as seg
+from vrag_compress.scoring.packed import parallel_map
 from vrag_compress.store.base import StoreCorruptError, StoreError
-from vrag_compress.store.context import StoreContext
-from vrag_compress.store.maxsim import parallel_map
+from vrag_compress.store.candidates import cells as cz
+from vrag_compress.store.candidates import files as cand
+from vrag_compress.store.candidates import tuning
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import integrity, layout
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.context import StoreContext
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +341,7 @@ class CentroidIndexes:
         assigned to the new centroids in the same transaction.
 
         ``config`` is a new store config committed with the index: a switch to codes only
-        (store/layout.py) drops every fp16 row in that same commit, so a crash leaves either the
+        (local/layout.py) drops every fp16 row in that same commit, so a crash leaves either the
         fp16 rows or the codes, never half. The rows are checked against their checksums first:
         damage sealed into codes under fresh checksums could never be found again."""
         if int(snap.bounds[-1]) == 0:

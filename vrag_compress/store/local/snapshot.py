@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import segments as seg
 from vrag_compress.store.base import StoreCorruptError, StoreError
-from vrag_compress.store.context import StoreContext
-from vrag_compress.store.token_rows import SegmentTokens
+from vrag_compress.store.candidates.token_rows import SegmentTokens
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.context import StoreContext
 
 
 @dataclass

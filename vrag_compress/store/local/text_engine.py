@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import catalog as cat
 from vrag_compress.store.base import StoreError
-from vrag_compress.store.context import StoreContext
 from vrag_compress.store.lexical import terms
-from vrag_compress.store.text_files import (
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local.context import StoreContext
+from vrag_compress.store.local.text_files import (
     TextFiles,
     TextIndexError,
     _schema,

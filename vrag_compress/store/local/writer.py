@@ -21,16 +21,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import segments as seg
 from vrag_compress.store.base import (
     DocumentRecord,
     DuplicatePageError,
     PageRecord,
     StoreCorruptError,
 )
-from vrag_compress.store.centroid_index import CentroidIndexes
-from vrag_compress.store.context import StoreContext
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.candidates import CentroidIndexes
+from vrag_compress.store.local.context import StoreContext
 from vrag_compress.store.validate import (
     StoreInputError,
     check_batch,

@@ -15,7 +15,6 @@ import json
 import re
 import sqlite3
 import threading
-import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from vrag_compress.store.base import (
     StoreError,
     StoreReadOnlyError,
 )
+from vrag_compress.store.lexical import nfkc
 from vrag_compress.version import __version__
 
 # 2: the FTS5 text index of page text (`pages_fts`), kept in step with `pages` by triggers.
@@ -142,17 +142,6 @@ def _connect(path: Path, mode: str, immutable: bool = False) -> sqlite3.Connecti
     uri = Path(path).absolute().as_uri() + f"?mode={mode}" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
     return with_functions(conn)
-
-
-# Invisible characters that sit inside words (soft hyphen, zero-width space / joiners, word
-# joiner, BOM): removed before tokenizing, or "hyphen\u00adation" would be two words.
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
-
-
-def nfkc(text: str | None) -> str | None:
-    """The compatibility-folded form of ``text`` that the text index holds (and queries use),
-    without the invisible characters that would split a word."""
-    return None if text is None else unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
 
 
 def with_functions(conn: sqlite3.Connection) -> sqlite3.Connection:

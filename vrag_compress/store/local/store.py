@@ -16,8 +16,10 @@ each in its own module and all sharing one `StoreContext` (context.py):
 - snapshot.py: the reader's view (committed pages and their token matrix at one generation);
 - search.py: filtered exact or two-stage MaxSim search over a snapshot;
 - integrity.py: `verify`, the checks on open and a writer's crash recovery;
-- centroid_index.py (+ candidates.py, centroids.py): the persisted centroid-code candidate index
-  of two-stage search, trained by `optimize` or automatically past a size threshold;
+- candidates.py: the store side of the candidate index of two-stage search (its arrays and
+  files are `vrag_compress.store.candidates`), trained by `optimize` or automatically past a
+  size threshold;
+- text_search.py, text_engine.py, text_files.py: BM25 over the page text (FTS5 or tantivy);
 - lock.py: the single-writer lock.
 """
 
@@ -33,9 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store import catalog as cat
-from vrag_compress.store import integrity, layout
-from vrag_compress.store import segments as seg
+from vrag_compress.scoring.torch_scorer import TorchScorer, choose_device
 from vrag_compress.store.base import (
     DocumentRecord,
     MultiVectorStore,
@@ -49,15 +49,18 @@ from vrag_compress.store.base import (
     StoreNotFoundError,
     VerifyReport,
 )
-from vrag_compress.store.centroid_index import CentroidIndexes, recall_sample_size
-from vrag_compress.store.centroids import CODES
-from vrag_compress.store.context import StoreContext, StoreOptions
-from vrag_compress.store.lock import LOCK_NAME, WriterLock
-from vrag_compress.store.search import Searcher
-from vrag_compress.store.snapshot import Snapshot, Snapshots
-from vrag_compress.store.text_engine import TextEngine, check_text_engine
-from vrag_compress.store.torch_scoring import TorchScorer, choose_device
-from vrag_compress.store.tuning import pseudo_queries
+from vrag_compress.store.candidates.cells import CODES
+from vrag_compress.store.candidates.tuning import pseudo_queries
+from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import integrity, layout
+from vrag_compress.store.local import segments as seg
+from vrag_compress.store.local.candidates import CentroidIndexes, recall_sample_size
+from vrag_compress.store.local.context import StoreContext, StoreOptions
+from vrag_compress.store.local.lock import LOCK_NAME, WriterLock
+from vrag_compress.store.local.search import Searcher
+from vrag_compress.store.local.snapshot import Snapshot, Snapshots
+from vrag_compress.store.local.text_engine import TextEngine, check_text_engine
+from vrag_compress.store.local.writer import PageWriter
 from vrag_compress.store.validate import (
     StoreInputError,
     check_config,
@@ -68,7 +71,6 @@ from vrag_compress.store.validate import (
     check_layout,
     check_missing,
 )
-from vrag_compress.store.writer import PageWriter
 from vrag_compress.version import __version__
 
 # names that lived here before the split
@@ -502,7 +504,7 @@ class LocalStore(MultiVectorStore):
         kept per token (recorded in the config). Readers keep searching meanwhile.
 
         ``fp16=False`` switches a store that keeps fp16 rows to codes only, in place (the
-        training's one commit drops the rows; see store/layout.py); an auto-layout store does
+        training's one commit drops the rows; see store/local/layout.py); an auto-layout store does
         so by itself here once it holds `layout.codes_threshold` vectors. ``fp16=True`` keeps
         the fp16 rows for good (an auto store stops following the size rule); a store whose
         rows are already gone cannot get them back and raises `StoreError`.
@@ -553,7 +555,7 @@ class LocalStore(MultiVectorStore):
         return self.index_info() or {}
 
     def _auto_converts(self) -> bool:
-        """The auto layout's size rule (store/layout.py) calls for codes now."""
+        """The auto layout's size rule (store/local/layout.py) calls for codes now."""
         with self._ctx.catalog.read() as conn:
             n_tokens = cat.live_vectors(conn)
         return layout.converts(self._meta["config"], n_tokens, self.options.centroid_min_tokens)
@@ -613,7 +615,7 @@ class LocalStore(MultiVectorStore):
         return info
 
     def vector_layout(self) -> dict[str, Any]:
-        """The layout as `vrag info` shows it (store/layout.py)."""
+        """The layout as `vrag info` shows it (store/local/layout.py)."""
         return layout.describe(self._meta["config"])
 
     def staged_vectors(self) -> int:
@@ -655,7 +657,7 @@ class LocalStore(MultiVectorStore):
         """Start a background (re)training when the collection crossed the stated threshold;
         a store without fp16 vectors trains its first codes here (in the foreground) once its
         staged rows reach ``codes_min_tokens``, and an auto-layout store switches to codes here
-        (in the foreground too) once it holds ``centroid_min_tokens`` (store/layout.py)."""
+        (in the foreground too) once it holds ``centroid_min_tokens`` (store/local/layout.py)."""
         with self._ctx.catalog.read() as conn:
             n_tokens = cat.live_vectors(conn)
         min_tokens = self.options.centroid_min_tokens

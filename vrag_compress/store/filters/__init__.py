@@ -1,7 +1,7 @@
 """Mongo-style metadata filters: one parser shared by every backend, which renders the result.
 
 A filter dict is parsed once into a small tree (`AllOf`, `AnyOf`, `Condition`), checking every
-part and naming where a problem is; `filter_sql` (the embedded store) and `qdrant_filters` (Qdrant)
+part and naming where a problem is; `filters.sql` (the embedded store) and `filters.qdrant` (Qdrant)
 only render that tree, so both backends accept the same filters and select the same pages.
 
 Semantics (the reference the tests compare both backends with): fields are the built-ins

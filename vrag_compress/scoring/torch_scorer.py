@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.store.maxsim import auto_chunk, page_chunks, stack_queries
+from vrag_compress.scoring.packed import auto_chunk, page_chunks, stack_queries
 
 _NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
 _GROUP_FLOATS = 1 << 26  # bound of the [query tokens, pages] buffer of one scatter-max

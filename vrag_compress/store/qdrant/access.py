@@ -3,7 +3,7 @@
 Parsing ``qdrant://host:port/name``, deciding whether ``QDRANT_API_KEY`` may go to a server and
 retrying transient failures are needed by `vrag index --store`, `vrag migrate` and store.json
 pointers before (or without) any connection, so they live here and load no client library;
-`vrag_compress.store.qdrant` (the store, and this backend's functions for
+`vrag_compress.store.qdrant.store` (the store, and this backend's functions for
 `vrag_compress.store.open.BACKENDS`) imports qdrant-client.
 """
 
@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from vrag_compress.store.base import StoreError, StoreLockedError
-from vrag_compress.store.open import POINTER_NAME, StorePointer
+from vrag_compress.store.base import POINTER_NAME, StoreError, StoreLockedError, StorePointer
 from vrag_compress.store.validate import StoreInputError
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class QdrantLocation:
                 timeout=int(timeout),
             )
         if self.path is not None and self.path != ":memory:":
-            from vrag_compress.store.qdrant_local import vet_local_folder
+            from vrag_compress.store.qdrant.local_mode import vet_local_folder
 
             vet_local_folder(self.path)  # its points are pickles: nothing in them may run
         try:
