@@ -305,7 +305,7 @@ def _copy(index: Path, tmp_path: Path) -> Path:
 def _schema(path: Path) -> int:
     import sqlite3
 
-    from vrag_compress.store.local.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     conn = sqlite3.connect(path / cat.CATALOG_NAME)
     try:
@@ -338,7 +338,7 @@ def test_estimate_leaves_an_old_index_at_its_schema(tiny_index: Path, tmp_path: 
 def test_estimate_on_a_newer_index_is_a_clean_error(tiny_index: Path, tmp_path: Path):
     import sqlite3
 
-    from vrag_compress.store.local.store import catalog as cat
+    from vrag_compress.store.local import catalog as cat
 
     path = _copy(tiny_index, tmp_path)
     conn = sqlite3.connect(path / cat.CATALOG_NAME, isolation_level=None)

@@ -15,12 +15,6 @@ import numpy as np
 import pytest
 from qdrant_client.http.exceptions import ResponseHandlingException  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
-from vrag_compress.store.qdrant.store.access import (  # noqa: E402
-    QdrantUnavailableError,
-    parse_qdrant_url,
-    with_retries,
-)
-from vrag_compress.store.qdrant.store.store import QdrantStore  # noqa: E402
 
 from vrag_compress.store import (  # noqa: E402
     DocumentRecord,
@@ -36,6 +30,12 @@ from vrag_compress.store import (  # noqa: E402
 )
 from vrag_compress.store.migrate import compare_stores, copy_store  # noqa: E402
 from vrag_compress.store.open import open_store, read_store_pointer  # noqa: E402
+from vrag_compress.store.qdrant.access import (  # noqa: E402
+    QdrantUnavailableError,
+    parse_qdrant_url,
+    with_retries,
+)
+from vrag_compress.store.qdrant.store import QdrantStore  # noqa: E402
 from vrag_compress_bench.synthetic import clustered_pages, queries_for  # noqa: E402
 
 DIM = 16

@@ -61,8 +61,8 @@ from vrag_compress.store import (
 )
 from vrag_compress.store.base import LayoutStore, SearchMode
 from vrag_compress.store.filters import check_user_metadata
-from vrag_compress.store.local.store.catalog import CATALOG_NAME
-from vrag_compress.store.local.store.layout import choose_layout
+from vrag_compress.store.local.catalog import CATALOG_NAME
+from vrag_compress.store.local.layout import choose_layout
 from vrag_compress.store.open import (
     create_store,
     open_store,

@@ -45,9 +45,8 @@ def bench_query(
     """p50/p95 of searches on an existing store, per thread count, and its first answer (open
     + one search in this process; with --data pages, reading the queries from the store has
     already loaded the compiled decoder and warmed the page cache)."""
-    from vrag_compress.store.local.store.catalog import CATALOG_NAME
-
     from vrag_compress.store import LocalStore
+    from vrag_compress.store.local.catalog import CATALOG_NAME
     from vrag_compress.store.validate import check_mode
     from vrag_compress_bench.store import _thread_counts
 
@@ -100,9 +99,8 @@ def _queries(store: Any, data: str, source: Path | None, n: int, seed: int) -> l
         return queries(pool, n)
     if data != "pages":
         raise typer.BadParameter("use pages or real", param_hint="--data")
-    from vrag_compress.store.candidates.files.tuning import pseudo_queries
-
     from vrag_compress.scoring.packed import pack_pages
+    from vrag_compress.store.candidates.tuning import pseudo_queries
 
     ids = store.page_ids()
     picked = np.random.default_rng(seed).choice(len(ids), size=min(n, len(ids)), replace=False)

@@ -153,9 +153,9 @@ def bench_store(
     With --backend qdrant-local: recall@10 and latency of each Qdrant candidate variant against
     the embedded exact search."""
     from threadpoolctl import threadpool_limits
-    from vrag_compress.store.local.store.layout import choose_layout
 
     from vrag_compress.compress.base import budget
+    from vrag_compress.store.local.layout import choose_layout
     from vrag_compress_bench import peers as peer_runs
 
     peers = peer_runs.parse_peers(against)

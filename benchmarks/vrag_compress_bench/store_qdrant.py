@@ -36,9 +36,8 @@ def run_qdrant_bench(
     json_out: Path | None,
     config: dict[str, Any],
 ) -> dict[str, Any]:
-    from vrag_compress.store.qdrant.store.store import CANDIDATES, QdrantStore
-
     from vrag_compress.store import LocalStore
+    from vrag_compress.store.qdrant.store import CANDIDATES, QdrantStore
 
     bad = [v for v in variants if v not in CANDIDATES or v == "none"]
     if bad:

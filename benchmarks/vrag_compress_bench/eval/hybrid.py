@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vrag_compress.store.local.store.search import HYBRID_DEPTH
 
 from vrag_compress.beir import BeirDataset
 from vrag_compress.store import LocalStore, PageRecord
 from vrag_compress.store.fusion import fuse
+from vrag_compress.store.local.search import HYBRID_DEPTH
 from vrag_compress_bench.eval.metrics import METRICS, evaluate
 
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
