@@ -1,4 +1,4 @@
-"""The layout a store picks by size (store/local/layout.py): fp16 rows while small, residual codes once
+"""The layout a store picks by size (local/layout.py): fp16 rows while small, residual codes once
 the candidate index is trained past ``centroid_min_tokens``; the overrides; and the in-place
 switch of an existing store to codes only (`optimize(fp16=False)`), which a kill -9 at any point
 leaves with the old layout or the new one, never half."""

@@ -1,4 +1,4 @@
-"""The BM25 engine of text search (tantivy, store/local/text_engine.py): it agrees with the page text
+"""The BM25 engine of text search (tantivy, local/text_engine.py): it agrees with the page text
 after every write, deletes and re-indexing, filters, `verify` / `optimize`, readers of an index
 that is behind, a kill -9 at any point of a write, and the shared tokenizer's folding."""
 
