@@ -61,3 +61,11 @@ def test_a_folder_that_is_not_beir_is_a_usage_error(tmp_path):
     args = ["bench", "retention", "--dataset", str(tmp_path), "--json", str(tmp_path / "o.json")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "--dataset" in result.output, result.output
+
+
+def test_the_benchmarks_get_the_path_checks_of_every_vrag_command():
+    """`vrag bench` is loaded from its entry point when it runs; its paths are checked while the
+    command line is parsed like those of `vrag`'s own commands (a usage error, no traceback)."""
+    result = CliRunner().invoke(app, ["bench", "ingest", "--data", "x" * 5000])
+    assert result.exit_code == 2, result.output
+    assert "--data" in result.output and "over the limit" in result.output
