@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vrag_compress.cli.plugins import ENTRY_POINT_GROUP, KNOWN_GROUPS
+from vrag_compress.cli.plugins import ENTRY_POINT_GROUP, KNOWN_GROUPS, load_group
 
 ROOT = Path(__file__).resolve().parents[1]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -35,6 +35,8 @@ def test_the_entry_point_is_the_group_the_core_knows():
     }
     assert KNOWN_GROUPS["bench"].distribution == bench["name"]
     assert "pip install -e ./benchmarks" in KNOWN_GROUPS["bench"].install
+    # `vrag --help` lists the group with this line before importing it: the group's own help
+    assert load_group("bench").help == KNOWN_GROUPS["bench"].help
 
 
 def test_make_installs_the_benchmarks_with_the_tests():
