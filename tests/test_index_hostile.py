@@ -214,7 +214,7 @@ def test_the_first_batch_commits_before_the_folder_walk_ends(tmp_path, monkeypat
             walked.append(Path(entry[0]).name)
             yield entry
 
-    monkeypatch.setattr(ingest.documents.os, "walk", spy)
+    monkeypatch.setattr(ingest.discovery.os, "walk", spy)
     with VisualIndex.create(tmp_path / "idx", model="tiny-colqwen2", batch_size=1) as index:
         real_add, seen_at_first_commit = index.store.add, []
 

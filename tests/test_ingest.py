@@ -252,7 +252,7 @@ def test_renderer_options_are_checked(tmp_path, monkeypatch):
         open_document(path, renderer="mupdf")
     with pytest.raises(ValueError, match="dpi"):
         open_document(path, dpi=0)
-    monkeypatch.setattr(ingest.documents.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(ingest.pdf.shutil, "which", lambda _name: None)
     with pytest.raises(RendererUnavailableError, match="pdftoppm") as info:
         open_document(path, renderer="pdf2image")
     assert "poppler-utils" in str(info.value) and info.value.path == path

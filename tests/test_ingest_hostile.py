@@ -303,7 +303,7 @@ def test_discovery_streams_instead_of_walking_everything_first(tmp_path, monkeyp
             walked.append(Path(entry[0]).name)
             yield entry
 
-    monkeypatch.setattr(ingest.documents.os, "walk", spy)
+    monkeypatch.setattr(ingest.discovery.os, "walk", spy)
     stream = iter_documents([tmp_path])
     first = next(stream)
     assert first == tmp_path / "a" / "x.pdf"

@@ -26,7 +26,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vrag_compress.compress.base import Compressor
 from vrag_compress.encoders.base import Encoder, ReadsPageText
-from vrag_compress.ingest.documents import (
+from vrag_compress.ingest import (
     DEFAULT_MAX_PIXELS,
     MAX_ASPECT_RATIO,
     PDF_SUFFIXES,

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from vrag_compress.cli.app import app
 from vrag_compress.cli.options import check_plot_path, check_ratio, check_writable
-from vrag_compress.ingest.documents import display_path
+from vrag_compress.ingest import display_path
 from vrag_compress.progress import task_progress
 
 out = Console()

@@ -27,13 +27,9 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image
 
-from vrag_compress.ingest.documents import (
-    IMAGE_SUFFIXES,
-    PDF_SUFFIXES,
-    Page,
-    display_path,
-    iter_documents,
-)
+from vrag_compress.ingest.discovery import iter_documents
+from vrag_compress.ingest.files import IMAGE_SUFFIXES, PDF_SUFFIXES, display_path
+from vrag_compress.ingest.pages import Page
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from vrag_compress.defaults import (
 )
 from vrag_compress.durable import atomic_write
 from vrag_compress.encoders.base import PageEncoding
-from vrag_compress.ingest.documents import page_id as default_page_id
+from vrag_compress.ingest.pages import page_id as default_page_id
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ class PageAssets:
                 return image.convert("RGB")
         if not source:
             raise FileNotFoundError(f"page {page_no} has neither a stored image nor a source path")
-        from vrag_compress.ingest.documents import open_document, source_path
+        from vrag_compress.ingest.documents import open_document
+        from vrag_compress.ingest.files import source_path
 
         with open_document(source_path(source), dpi=self.dpi, renderer=self.renderer) as document:
             return document.page(page_no).image
