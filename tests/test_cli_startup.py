@@ -131,7 +131,7 @@ def test_without_the_benchmarks_vrag_bench_says_what_to_install(monkeypatch):
     from vrag_compress.cli import plugins
 
     monkeypatch.setattr(plugins, "command_entry_points", dict)  # vrag-compress-bench missing
-    for args in (["bench"], ["bench", "store", "--pages", "10"], ["bench", "--help"]):
+    for args in (["bench"], ["bench", "store", "--pages", "10"], "bench --help".split()):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, result.output
         assert result.output.splitlines() == [
