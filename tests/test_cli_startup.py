@@ -135,8 +135,9 @@ def test_without_the_benchmarks_vrag_bench_says_what_to_install(monkeypatch):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, result.output
         assert result.output.splitlines() == [
-            "error: `vrag bench` needs the vrag-compress-bench package: pip install "
-            "'vrag-compress[bench]' (from a checkout: pip install -e ./benchmarks)"
+            "error: `vrag bench` needs the vrag-compress-bench package: pip install -e "
+            "./benchmarks in a checkout of vrag-compress (from a release: pip install "
+            "'vrag-compress[bench]')"
         ]
     listing = CliRunner().invoke(app, ["--help"]).output.splitlines()
     assert "  bench        Benchmarks; not installed (vrag-compress-bench)." in listing

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 USER_FACING = [
     ROOT / "README.md",
     *sorted((ROOT / "integrations").glob("*/README.md")),
+    ROOT / "benchmarks" / "README.md",
     *sorted((ROOT / "examples").glob("*.py")),
     *sorted((ROOT / "docs").glob("*.md")),
 ]
@@ -53,6 +54,7 @@ def test_every_install_hint_names_an_extra_that_exists() -> None:
     hinted = {
         match.group(1)
         for path in sorted((ROOT / "vrag_compress").rglob("*.py"))
+        + sorted((ROOT / "benchmarks").rglob("*.py"))
         for match in re.finditer(r"vrag-compress\[(\w+)\]", path.read_text())
     }
     assert hinted and hinted <= set(_extras())

@@ -11,6 +11,7 @@ import typer
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.cli.app import app
+from vrag_compress.cli.plugins import load_group
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERNAL = re.compile(r"SPEC\.md|SPEC §|§\s*\d|\bthe issue\b|\bissue's\b|\bissue \d+", re.I)
@@ -18,6 +19,7 @@ DOCS = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "integrations").glob("*/README.md")),
+    ROOT / "benchmarks" / "README.md",
 ]
 
 
@@ -40,7 +42,10 @@ def test_docs_name_no_internal_documents():
 
 def test_command_help_names_no_internal_documents():
     root = typer.main.get_command(app)
-    helps = _helps(root, click.Context(root, info_name="vrag"))
+    context = click.Context(root, info_name="vrag")
+    helps = _helps(root, context)
+    bench = load_group("bench")  # `vrag bench`, loaded from its entry point when it runs
+    helps += _helps(bench, click.Context(bench, info_name="bench", parent=context))
     assert len(helps) > 15  # every command and group was reached
     offenders = [path for path, text in helps if INTERNAL.search(text)]
     assert offenders == []
@@ -51,6 +56,7 @@ def test_library_text_names_no_internal_documents():
     pattern = re.compile(r"\bSPEC\b|§")
     sources = [
         *sorted((ROOT / "vrag_compress").rglob("*.py")),
+        *sorted((ROOT / "benchmarks").rglob("*.py")),
         *sorted((ROOT / "integrations").glob("*/*/**/*.py")),
     ]
     offenders = [

@@ -37,7 +37,8 @@ KNOWN_GROUPS = {
         help="Benchmarks that print numbers (and --json).",
         title="Benchmarks",
         distribution="vrag-compress-bench",
-        install="pip install 'vrag-compress[bench]' (from a checkout: pip install -e ./benchmarks)",
+        install="pip install -e ./benchmarks in a checkout of vrag-compress "
+        "(from a release: pip install 'vrag-compress[bench]')",
     ),
 }
 
