@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vrag_compress.compat",
         "vrag_compress.extras",
         "vrag_compress.durable",
+        "vrag_compress.driver_watch",
         "vrag_compress.shared_data",
         "vrag_compress.microbatch",
         "vrag_compress.snippets",

@@ -11,25 +11,32 @@ Backpressure: at most `in_flight` batches (default two per actor) are out at any
 page numbers on the way out, so memory stays flat however many files there are.
 Faults: a batch whose actor died (its node was killed) is sent again to a surviving actor; its
 result is committed once, whole, or never. With no actor left the run stops like Ctrl-C: what was
-committed stays, and the next run resumes.
+committed stays, and the next run resumes. A lost head node is the one fault Ray does not
+raise: it ends the driver from C++ (`_exit(1)`), so a watchdog process (`driver_watch`), told of
+every commit, prints the error the driver cannot.
 
 Ray is imported only here, and only when asked for (the ``[ray]`` extra).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from vrag_compress.driver_watch import describe, reachable
 from vrag_compress.index_config import VisualIndexError
 from vrag_compress.indexing import AddReport, DocState, Indexer, ProcessedBatch
 from vrag_compress.ingest import IngestError, Page
@@ -48,6 +55,11 @@ class RayUnavailableError(VisualIndexError):
 
 class RayWorkersLostError(VisualIndexError):
     """Every encoder actor died; the committed pages stay and a re-run resumes."""
+
+
+class RayClusterLostError(VisualIndexError):
+    """The cluster's head node went away mid-run; the committed pages stay and the same
+    command resumes once it is back."""
 
 
 class RayStalledError(VisualIndexError):
@@ -271,7 +283,10 @@ class RayOptions:
     CPU), each with ``num_gpus`` GPUs (default: 1 when the cluster has GPUs) or ``num_cpus``
     CPUs; at most ``in_flight`` batches out at once (default: two per actor). With no result
     for ``stall_timeout_s`` seconds, or actors not started after ``start_timeout_s``, the run
-    stops with `RayStalledError`."""
+    stops with `RayStalledError`. ``json_report``: the fields of the JSON object a watchdog
+    prints on stdout, with its ``error``, when Ray ends the driver without a word (a lost head
+    node; `vrag index --json` passes the index path); the one-line error on stderr is printed
+    either way."""
 
     address: str | None = "auto"
     actors: int | None = None
@@ -280,6 +295,7 @@ class RayOptions:
     in_flight: int | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    json_report: Mapping[str, Any] | None = None
 
 
 class ActorPool:
@@ -370,6 +386,96 @@ def wait_for(ray: Any, refs: Any, timeout_s: float, what: str) -> Any:
         ) from None
 
 
+WATCHDOG = Path(__file__).with_name("driver_watch.py")
+
+
+def gcs_address(ray: Any, address: str | None) -> str:
+    """The cluster's GCS ``host:port`` this driver is connected to (``address`` where Ray
+    does not say)."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # a Ray client connection, a Ray without the field
+        return str(address or "")
+
+
+class DriverWatch:
+    """The driver's side of `vrag_compress.driver_watch`: a small process that shares this
+    process's stdout and stderr, is told of every commit, and prints the error (and the
+    ``--json`` object) when this process ends without saying "done" (Ray's ``_exit(1)`` on a
+    lost head node). Any Python outcome, success or exception, says "done" on the way out."""
+
+    def __init__(self, options: RayOptions, gcs: str) -> None:
+        address = options.address
+        shown = gcs if address in (None, "", "auto", "local") else str(address)
+        self.address, self.gcs = shown, gcs
+        self.progress: dict[str, int] = {}
+        fields = dict(options.json_report) if options.json_report is not None else None
+        try:
+            self._process: subprocess.Popen[str] | None = subprocess.Popen(
+                [sys.executable, "-I", str(WATCHDOG)], stdin=subprocess.PIPE, text=True
+            )
+        except OSError as error:
+            log.warning(
+                "no watchdog for this Ray driver (%s): a lost head node ends it without a message",
+                error,
+            )
+            self._process = None
+        self._send({"address": shown, "gcs": gcs, "json": fields})
+
+    def _send(self, event: dict[str, Any]) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        try:
+            process.stdin.write(json.dumps(event, default=str) + "\n")
+            process.stdin.flush()
+        except (OSError, ValueError):  # the watchdog is gone: the run goes on without it
+            self._process = None
+
+    def writing(self, report: AddReport, pages: int) -> None:
+        """What is committed so far, and how many pages are being written now (Ray may end
+        the driver in the middle of a write: that batch is in the index whole or not at all)."""
+        committed = {"pages": report.pages_indexed, "documents": len(report.documents_indexed)}
+        self.progress = {**committed, "writing": pages}
+        self._send(self.progress)
+
+    def cluster_lost(self) -> RayClusterLostError | None:
+        """The error to raise in place of a failed run's own when the cluster's head no longer
+        answers (Ray raised, e.g. every actor lost, instead of ending the driver)."""
+        if not self.gcs or reachable(self.gcs):
+            return None
+        return RayClusterLostError(describe(self.address, self.progress, True, ended_by_ray=False))
+
+    def close(self) -> None:
+        """The driver reports the outcome itself: the watchdog leaves without a word."""
+        process = self._process
+        self._send({"done": True})
+        if process is None:
+            return
+        if process.stdin is not None:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._process = None
+
+    def __enter__(self) -> DriverWatch:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 def units(states: Iterable[DocState], batch_size: int) -> Iterator[WorkUnit]:
     """The planned documents' remaining pages in batches of ``batch_size``, in plan order; a
     document is finished with the unit that holds its last page."""
@@ -405,11 +511,17 @@ def add_on_ray(
         planned = indexer.plan(items, metadata, report, bar)
         first = next(planned, None)
         if first is not None:  # something to do: only then start the actors (and the model)
-            pool = start_actors(ray, indexer.store.config, options, page_ocr.mode)
-            limit = options.in_flight or 2 * len(pool.actors)
-            run_units(
-                indexer, pool, units(_chain(first, planned), indexer.batch_size), limit, report, bar
-            )
+            with DriverWatch(options, gcs_address(ray, options.address)) as watch:
+                try:
+                    pool = start_actors(ray, indexer.store.config, options, page_ocr.mode)
+                    limit = options.in_flight or 2 * len(pool.actors)
+                    work = units(_chain(first, planned), indexer.batch_size)
+                    run_units(indexer, pool, work, limit, report, bar, watch=watch)
+                except Exception as error:  # actors lost, a stall, Ray's own: was it the head?
+                    lost = watch.cluster_lost()
+                    if lost is None:
+                        raise
+                    raise lost from error
         bar.discovery_done()
     report.seconds = time.perf_counter() - started
     return report
@@ -422,15 +534,17 @@ def run_units(
     limit: int,
     report: AddReport,
     bar: IndexProgress,
+    watch: DriverWatch | None = None,
 ) -> None:
-    """Keep up to ``limit`` units on the actors and commit their results in plan order."""
+    """Keep up to ``limit`` units on the actors and commit their results in plan order
+    (telling ``watch`` what is being written and what is committed)."""
     in_flight: deque[tuple[WorkUnit, Any, Any]] = deque()
     for unit in work:
         in_flight.append((unit, *pool.submit(unit)) if unit.items else (unit, None, None))
         while len(in_flight) >= limit:
-            commit(indexer, pool, *in_flight.popleft(), report, bar)
+            commit(indexer, pool, *in_flight.popleft(), report, bar, watch)
     while in_flight:
-        commit(indexer, pool, *in_flight.popleft(), report, bar)
+        commit(indexer, pool, *in_flight.popleft(), report, bar, watch)
 
 
 def commit(
@@ -441,6 +555,7 @@ def commit(
     ref: Any,
     report: AddReport,
     bar: IndexProgress,
+    watch: DriverWatch | None = None,
 ) -> None:
     """Write one unit's result through the single writer, then finish its documents."""
     if unit.items:
@@ -450,8 +565,12 @@ def commit(
             (state, page if page is not None else page_no)
             for (state, page_no), page in zip(unit.items, result.pages, strict=True)
         ]
+        if watch is not None:
+            watch.writing(report, len(result.processed.done))
         indexer.write(batch, result.processed, report, bar)
     indexer.finish(unit.finishing, report)
+    if watch is not None:
+        watch.writing(report, 0)
 
 
 def merge(report: AddReport, remote: AddReport) -> None:
@@ -472,6 +591,7 @@ def _chain(first: DocState, rest: Iterator[DocState]) -> Iterator[DocState]:
 
 
 __all__ = [
+    "RayClusterLostError",
     "RayOptions",
     "RayStalledError",
     "RayUnavailableError",

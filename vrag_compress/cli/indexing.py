@@ -224,7 +224,7 @@ def index(
                     metadata=extra,
                     progress=not json_out,
                     ocr=page_ocr,
-                    ray=_ray_options(ray_address, ray_timeout),
+                    ray=_ray_options(ray_address, ray_timeout, index_dir, json_out),
                     passwords=passwords,
                 )
             except KeyboardInterrupt:
@@ -284,13 +284,16 @@ def _require_extras(store: str | None, renderer: str) -> None:
         fail(missing_dependency_message(error))
 
 
-def _ray_options(address: str | None, timeout_s: float) -> Any:
-    """`RayOptions` for ``--ray ADDRESS`` (None without it: index in this process)."""
+def _ray_options(address: str | None, timeout_s: float, index_dir: Path, json_out: bool) -> Any:
+    """`RayOptions` for ``--ray ADDRESS`` (None without it: index in this process). Under
+    ``--json`` a lost head node, which Ray ends the driver for without a Python error, still
+    gives the ``{"index", "error"}`` object on stdout (printed by the driver's watchdog)."""
     if address is None:
         return None
     from vrag_compress.distributed import RayOptions
 
-    return RayOptions(address=address, stall_timeout_s=timeout_s)
+    report = {"index": str(index_dir)} if json_out else None
+    return RayOptions(address=address, stall_timeout_s=timeout_s, json_report=report)
 
 
 def _check_ray() -> None:
