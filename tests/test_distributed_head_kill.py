@@ -29,7 +29,7 @@ from tests.test_distributed import LONG, MODEL, RAY, _committed, _env, _free_por
 from tests.test_distributed import _whole_and_verified as whole_and_verified
 from vrag_compress.index import VisualIndex
 
-COUNTS = re.compile(r"committed before: (\d+) pages? \((\d+) documents? whole\)(?:, plus (\d+))?")
+COUNTS = re.compile(r"this run committed (\d+) pages? \((\d+) documents? whole\)(?:, plus (\d+))?")
 
 
 class Heads:
@@ -182,7 +182,7 @@ def test_a_driver_ended_by_ray_gets_its_error_and_json_from_the_watchdog() -> No
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
     assert line.startswith("error: RayClusterLostError: the Ray cluster at 10.9.8.7:6379 went away")
-    assert "committed before: 5 pages (1 document whole), plus 2 pages being written" in line
+    assert "this run committed 5 pages (1 document whole), plus 2 pages being written" in line
     assert json.loads(result.stdout) == {"index": "docs.vrag", "error": line[len("error: ") :]}
 
 

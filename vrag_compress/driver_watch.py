@@ -60,11 +60,11 @@ def describe(address: str, progress: dict[str, int], gone: bool, ended_by_ray: b
     writing = progress.get("writing", 0)
     then = f", plus {_count(writing, 'page')} being written" if writing else ""
     return (
-        f"{what}; committed before: {_count(pages, 'page')} "
-        f"({_count(documents, 'document')} whole){then}; what the index holds is whole and "
-        "searchable (each batch is committed whole or not at all); once the cluster is back, "
-        "run the same command again to resume: finished documents are skipped and a partly "
-        "indexed one goes on after its last committed page"
+        f"{what}; this run committed {_count(pages, 'page')} "
+        f"({_count(documents, 'document')} whole){then} before that; what the index holds is "
+        "whole and searchable (each batch is committed whole or not at all); once the cluster "
+        "is back, run the same command again to resume: finished documents are skipped and a "
+        "partly indexed one goes on after its last committed page"
     )
 
 
