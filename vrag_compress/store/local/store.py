@@ -52,7 +52,7 @@ from vrag_compress.store.base import (
 from vrag_compress.store.candidates.cells import CODES
 from vrag_compress.store.candidates.tuning import pseudo_queries
 from vrag_compress.store.local import catalog as cat
-from vrag_compress.store.local import integrity, layout
+from vrag_compress.store.local import integrity, layout, text_sql
 from vrag_compress.store.local import segments as seg
 from vrag_compress.store.local.candidates import CentroidIndexes, recall_sample_size
 from vrag_compress.store.local.context import StoreContext, StoreOptions
@@ -276,9 +276,9 @@ class LocalStore(MultiVectorStore):
             return
         with self._ctx.catalog.write() as conn:
             # schema 4 folds invisible characters away: the FTS5 index is rebuilt with them
-            n = cat.create_text_index(conn)
+            n = text_sql.create_text_index(conn)
             log.info("%s: built the text index of %d pages (schema upgrade)", self.root, n)
-            cat.create_text_log(conn)
+            text_sql.create_text_log(conn)
             cat.write_meta(conn, "schema_version", cat.SCHEMA_VERSION)
         self._meta["schema_version"] = cat.SCHEMA_VERSION
 
@@ -478,15 +478,16 @@ class LocalStore(MultiVectorStore):
         except StoreCorruptError as exc:
             extra = [str(exc)]
         extra += self._text.problems(conn)
-        return extra + [f"{self._ctx.catalog.path}: {p}" for p in cat.text_index_problems(conn)]
+        problems = text_sql.text_index_problems(conn)
+        return extra + [f"{self._ctx.catalog.path}: {p}" for p in problems]
 
     def rebuild_text_index(self) -> None:
         """Re-index every page's text, in FTS5 and in the BM25 engine (repairs a text index
         that `verify` found out of step); the applied change log is pruned."""
         with self._ctx.catalog.write() as conn:
-            cat.rebuild_text_index(conn)
-            if cat.has_text_log(conn):
-                cat.prune_text_log(conn, cat.text_log_head(conn))
+            text_sql.rebuild_text_index(conn)
+            if text_sql.has_text_log(conn):
+                text_sql.prune_text_log(conn, text_sql.text_log_head(conn))
         self._text.rebuild()
 
     # ----------------------------------------------------------------- candidate index

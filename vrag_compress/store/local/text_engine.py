@@ -36,7 +36,7 @@ import numpy as np
 
 from vrag_compress.store.base import StoreError
 from vrag_compress.store.lexical import terms
-from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import text_sql
 from vrag_compress.store.local.context import StoreContext
 from vrag_compress.store.local.text_files import (
     TextFiles,
@@ -106,7 +106,7 @@ class TextEngine:
 
     def enabled(self, conn: sqlite3.Connection) -> bool:
         """Whether text search goes through the engine (the option, and a catalog with a log)."""
-        return self.ctx.options.text_engine != "fts5" and cat.has_text_log(conn)
+        return self.ctx.options.text_engine != "fts5" and text_sql.has_text_log(conn)
 
     # ----------------------------------------------------------------- search
 
@@ -161,7 +161,7 @@ class TextEngine:
         """A searcher whose stamp is the catalog's log head, catching up first (writer) or
         reopening the index (reader, after a writer's rebuild); None if it stays behind. A
         reader checks the files first (`TextIndexError`; a writer's catch-up rebuilt them)."""
-        head = cat.text_log_head(conn)
+        head = text_sql.text_log_head(conn)
         if self.writable:
             try:
                 self.catch_up()
@@ -212,7 +212,7 @@ class TextEngine:
         with self.ctx.catalog.snapshot() as conn:
             if not self.enabled(conn):
                 return
-            head = cat.text_log_head(conn)
+            head = text_sql.text_log_head(conn)
             index = self._open_for_writing()
             try:
                 with self._damage_named():
@@ -223,11 +223,11 @@ class TextEngine:
                 stamp = None
             if stamp == head:
                 return
-            if stamp is None or stamp > head or stamp < cat.text_log_floor(conn):
-                self._write(cat.page_texts(conn), None, head)
+            if stamp is None or stamp > head or stamp < text_sql.text_log_floor(conn):
+                self._write(text_sql.page_texts(conn), None, head)
             else:
-                pids = cat.logged_pids(conn, stamp, head)
-                self._write(cat.page_texts(conn, pids), pids, head)
+                pids = text_sql.logged_pids(conn, stamp, head)
+                self._write(text_sql.page_texts(conn, pids), pids, head)
 
     def rebuild(self) -> None:
         """Re-index every page (writer; `optimize`, or an index `verify` found out of step)."""
@@ -236,7 +236,7 @@ class TextEngine:
         with self.ctx.catalog.snapshot() as conn:
             if self.enabled(conn):
                 self._open_for_writing()
-                self._write(cat.page_texts(conn), None, cat.text_log_head(conn))
+                self._write(text_sql.page_texts(conn), None, text_sql.text_log_head(conn))
 
     def _write(self, rows: list[tuple], replaced: list[int] | None, head: int) -> None:
         """One engine commit: drop the ``replaced`` pages' documents (None: every document),
@@ -339,13 +339,13 @@ class TextEngine:
                 have_crcs = searcher.fast_field_values("crc", addresses)  # None: the stamp
         except TextIndexError as exc:
             return [str(exc)]
-        head, floor = cat.text_log_head(conn), cat.text_log_floor(conn)
+        head, floor = text_sql.text_log_head(conn), text_sql.text_log_floor(conn)
         if stamp is None or stamp > head or stamp < floor:
             return [
                 f"the text index {self.path} is stamped {stamp} against the catalog's log "
                 f"{floor}..{head}; `optimize` rebuilds it"
             ]
-        pending = set(cat.logged_pids(conn, stamp, head))
+        pending = set(text_sql.logged_pids(conn, stamp, head))
         have: dict[int, int] = {}
         duplicates = 0
         for pid, crc in zip(have_pids, have_crcs, strict=True):
@@ -355,7 +355,7 @@ class TextEngine:
             have[pid] = crc
         want = {
             pid: terms_crc(page_terms(text))
-            for pid, text in cat.page_texts(conn)
+            for pid, text in text_sql.page_texts(conn)
             if text is not None and pid not in pending
         }
         missing = sorted(set(want) - set(have))

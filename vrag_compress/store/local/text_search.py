@@ -13,6 +13,7 @@ import numpy as np
 
 from vrag_compress.store.lexical import match_expression, query_terms
 from vrag_compress.store.local import catalog as cat
+from vrag_compress.store.local import text_sql
 from vrag_compress.store.local.context import StoreContext
 from vrag_compress.store.local.text_engine import TextEngine
 from vrag_compress.store.validate import StoreInputError
@@ -51,7 +52,7 @@ class LexicalIndex:
             with cat.translate_errors(self.ctx.catalog.path):
                 self._ensure_index(conn)
             try:
-                rows = cat.text_matches(conn, match, where, k)
+                rows = text_sql.text_matches(conn, match, where, k)
             except sqlite3.OperationalError as exc:
                 if not fts_syntax or cat.is_corruption(exc):
                     with cat.translate_errors(self.ctx.catalog.path):
@@ -81,12 +82,12 @@ class LexicalIndex:
     def _ensure_index(self, conn: sqlite3.Connection) -> None:
         """Use the catalog's text index; a catalog without one, or whose index holds unfolded
         text (made before schema 3, open read-only here), gets a private one here."""
-        if cat.has_text_index(conn) and cat.text_index_folds(conn):
+        if cat.has_text_index(conn) and text_sql.text_index_folds(conn):
             if self._temp_generation is not None:
-                cat.drop_temp_text_index(conn)
+                text_sql.drop_temp_text_index(conn)
                 self._temp_generation = None
             return
         gen = cat.generation(conn)
         if gen != self._temp_generation:
-            cat.build_temp_text_index(conn)
+            text_sql.build_temp_text_index(conn)
             self._temp_generation = gen

@@ -1,5 +1,6 @@
-"""The Qdrant backend: `QdrantStore` over a Qdrant collection (`store`), reaching a server or a
-local-mode folder (`access`), and vetting a local-mode folder before qdrant-client unpickles it
+"""The Qdrant backend: `QdrantStore` over a Qdrant collection (`store`), the collection's layout
+and points (`schema`), the queries a search sends (`requests`), reaching a server or a local-mode
+folder (`access`), and vetting a local-mode folder before qdrant-client unpickles it
 (`local_mode`). The filter translation lives with the filter language
 (`vrag_compress.store.filters.qdrant`).
 

@@ -259,6 +259,11 @@ def with_retries(call: Callable[[], T], *, retries: int, backoff_s: float, what:
     raise AssertionError("unreachable")
 
 
+def retry(opts: QdrantOptions, what: str, call: Callable[[], T]) -> T:
+    """`with_retries` with the retries and backoff of ``opts``."""
+    return with_retries(call, retries=opts.retries, backoff_s=opts.retry_backoff_s, what=what)
+
+
 def _transient(exc: Exception) -> bool:
     """Worth another attempt: a connection or timeout failure, or a server error (5xx)."""
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse

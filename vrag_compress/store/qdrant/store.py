@@ -20,7 +20,8 @@ sidecar collection ``<name>__vrag`` for the config and the document rows, which 
 
 Vectors are rounded to fp16 before upload, so scores equal the embedded store's exactly.
 Writes go in batches with retries; Qdrant has no multi-point transaction, so pages are written
-before their document rows (a crash never marks a document complete without its pages).
+before their document rows (a crash never marks a document complete without its pages). The
+layout is built in schema.py, the queries a search sends in requests.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -53,18 +53,24 @@ from vrag_compress.store.base import (
     VerifyReport,
 )
 from vrag_compress.store.fusion import RRF_K, check_alpha, fuse
-from vrag_compress.store.lexical import sparse_document, sparse_query
+from vrag_compress.store.qdrant import requests as rq
+from vrag_compress.store.qdrant import schema
 from vrag_compress.store.qdrant.access import (
     QdrantLocation,
     QdrantOptions,
     api_key_for,
     key_withheld,
     parse_qdrant_url,
+    retry,
     url_options,
-    with_retries,
 )
 from vrag_compress.store.qdrant.access import pointer_url as pointer_url  # a backend function
 from vrag_compress.store.qdrant.local_mode import check_new_local_folder
+from vrag_compress.store.qdrant.requests import HYBRID_DEPTH, TIE_MARGIN
+from vrag_compress.store.qdrant.schema import CANDIDATES as CANDIDATES  # the backend's options
+from vrag_compress.store.qdrant.schema import CONFIG_ID, SCHEMA_VERSION, SIDECAR_SUFFIX
+from vrag_compress.store.qdrant.schema import PAGES as PAGES  # the collection's named vectors
+from vrag_compress.store.qdrant.schema import TEXT as TEXT
 from vrag_compress.store.validate import (
     TEXT_MODES,
     StoreInputError,
@@ -92,15 +98,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the Qdrant backend needs qdrant-client: pip install 'vrag-compress[qdrant]'"
     ) from exc
 
-PAGES = "pages"
-TEXT = "text"  # the sparse BM25 vector of the page text
-HYBRID_DEPTH = 50  # candidates each side of a hybrid search gives the fusion (at least k)
-CANDIDATES = ("mean", "binary", "none")
-SIDECAR_SUFFIX = "__vrag"
-SCHEMA_VERSION = 1
-_NAMESPACE = uuid.UUID("5b0c6f1e-6a43-4c1e-9a53-3b8d2f6c1a77")
-_CONFIG_ID = str(uuid.uuid5(_NAMESPACE, "config:"))
-_TIE_MARGIN = 8  # extra hits fetched so ties at the k-th score can be ordered by page_id
 T = TypeVar("T")
 
 
@@ -179,7 +176,7 @@ class QdrantStore(MultiVectorStore):
         ``candidate`` picks the prefetch field: "mean", "binary" or "none" (always exact).
         The collection keeps full (fp16-rounded) vectors and no residual codes, so ``fp16`` and
         ``codes`` of the given config are not recorded (they would describe vectors it lacks)."""
-        config = _layout_free(check_config(config))
+        config = schema.layout_free(check_config(config))
         if candidate not in CANDIDATES:
             raise StoreInputError(f"candidate must be one of {CANDIDATES}, got {candidate!r}")
         loc = _location(location, api_key)
@@ -190,12 +187,12 @@ class QdrantStore(MultiVectorStore):
         owns = client is None
         client = client or loc.client(opts.timeout_s)
         try:
-            if _retry(opts, "collection check", lambda: client.collection_exists(loc.collection)):
+            if retry(opts, "collection check", lambda: client.collection_exists(loc.collection)):
                 raise StoreExistsError(
                     f"Qdrant collection {loc.collection!r} already exists at {loc.url}; open it, "
                     "or delete it first (QdrantClient.delete_collection)"
                 )
-            _create_collections(client, loc, config["dim"], candidate, opts)
+            schema.create_collections(client, loc, config["dim"], candidate, opts)
             meta = {
                 "schema_version": SCHEMA_VERSION,
                 "config": config,
@@ -206,7 +203,7 @@ class QdrantStore(MultiVectorStore):
             }
             client.upsert(
                 loc.collection + SIDECAR_SUFFIX,
-                [models.PointStruct(id=_CONFIG_ID, vector={}, payload={"kind": "config", **meta})],
+                [models.PointStruct(id=CONFIG_ID, vector={}, payload={"kind": "config", **meta})],
                 wait=True,
             )
         except BaseException:
@@ -270,7 +267,7 @@ class QdrantStore(MultiVectorStore):
     def update_config(self, **changes: Any) -> None:
         """Merge ``changes`` into the stored config (``dim`` cannot change)."""
         self._writable()
-        new = _layout_free(check_config({**self._meta["config"], **changes}))
+        new = schema.layout_free(check_config({**self._meta["config"], **changes}))
         if new["dim"] != self.dim:
             raise StoreError(
                 f"cannot change dim of {self.root} from {self.dim}: the collection's vector size "
@@ -290,7 +287,7 @@ class QdrantStore(MultiVectorStore):
                 f"Qdrant collection {self.collection!r} at {self.root} was not created by "
                 f"vrag_compress (no {self.sidecar!r} collection with its config)"
             )
-        found = self._retry("read config", lambda: client.retrieve(self.sidecar, [_CONFIG_ID]))
+        found = self._retry("read config", lambda: client.retrieve(self.sidecar, [CONFIG_ID]))
         if not found:
             raise StoreError(f"{self.root}: the sidecar collection {self.sidecar!r} has no config")
         payload = dict(found[0].payload or {})
@@ -303,7 +300,7 @@ class QdrantStore(MultiVectorStore):
 
     def _put_meta(self) -> None:
         payload = {"kind": "config", **self._meta}
-        point = models.PointStruct(id=_CONFIG_ID, vector={}, payload=payload)
+        point = models.PointStruct(id=CONFIG_ID, vector={}, payload=payload)
         self._retry("write config", lambda: self._client().upsert(self.sidecar, [point], wait=True))
 
     def _check_expect(self, expect: dict[str, Any]) -> None:
@@ -343,7 +340,7 @@ class QdrantStore(MultiVectorStore):
         client = self._client()
         if doc_id is not None:
             check_id(doc_id, "doc_id")
-            flt = _match("doc_id", doc_id)
+            flt = rq.match("doc_id", doc_id)
             n = self._retry(
                 "count", lambda: client.count(self.collection, count_filter=flt, exact=True)
             ).count
@@ -356,13 +353,15 @@ class QdrantStore(MultiVectorStore):
             self._retry(
                 "delete",
                 lambda: client.delete(
-                    self.sidecar, models.PointIdsList(points=[_doc_point_id(doc_id)]), wait=True
+                    self.sidecar,
+                    models.PointIdsList(points=[schema.doc_point_id(doc_id)]),
+                    wait=True,
                 ),
             )
             return int(n)
         ids = check_ids(page_ids)
         present = [r.payload["page_id"] for r in self._retrieve(ids, vectors=False)]
-        point_ids: list[models.ExtendedPointId] = [_point_id(p) for p in present]
+        point_ids: list[models.ExtendedPointId] = [schema.point_id(p) for p in present]
         for chunk in _chunks(point_ids, self.options.batch_size):
             self._retry(
                 "delete",
@@ -398,29 +397,13 @@ class QdrantStore(MultiVectorStore):
         self._ensure_documents(sorted({p.doc_id for p in pages} - given))
 
     def _point(self, page: PageRecord, vectors16: np.ndarray) -> models.PointStruct:
-        vec = vectors16.astype(np.float32)
-        named: dict[str, Any] = {PAGES: vec.tolist()}
-        if self.candidate == "mean":
-            named["mean"] = vec.mean(axis=0).tolist()
-        elif self.candidate == "binary":
-            named["binary"] = _signs(vec).tolist()
-        indices, values = sparse_document(page.text)
-        if indices and self._meta.get("text_index"):
-            named[TEXT] = models.SparseVector(indices=indices, values=values)
-        payload = {
-            "page_id": page.page_id,
-            "doc_id": page.doc_id,
-            "page_no": int(page.page_no),
-            "metadata": page.metadata,
-            "image_ref": page.image_ref,
-            "text": page.text,
-        }
-        return models.PointStruct(id=_point_id(page.page_id), vector=named, payload=payload)
+        text_index = bool(self._meta.get("text_index"))
+        return schema.page_point(page, vectors16, self.candidate, text_index)
 
     def _put_documents(self, docs: list[DocumentRecord]) -> None:
         points = [
             models.PointStruct(
-                id=_doc_point_id(d.doc_id),
+                id=schema.doc_point_id(d.doc_id),
                 vector={},
                 payload={
                     "kind": "document",
@@ -447,7 +430,9 @@ class QdrantStore(MultiVectorStore):
             (r.payload or {})["doc_id"]
             for r in self._retry(
                 "read documents",
-                lambda: self._client().retrieve(self.sidecar, [_doc_point_id(d) for d in doc_ids]),
+                lambda: self._client().retrieve(
+                    self.sidecar, [schema.doc_point_id(d) for d in doc_ids]
+                ),
             )
         }
         self._put_documents([DocumentRecord(d) for d in doc_ids if d not in have])
@@ -470,22 +455,23 @@ class QdrantStore(MultiVectorStore):
         absent = [i for i in ids if i not in found]
         if absent and missing == "error":
             raise PageNotFoundError(f"{len(absent)} page ids not in {self.root}: {absent[:5]}")
-        return [_page_record(found[i]) for i in ids if i in found]
+        return [schema.page_record(found[i]) for i in ids if i in found]
 
     def documents(self) -> list[DocumentRecord]:
         points = self._scroll(
             self.sidecar,
-            _match("kind", "document"),
+            rq.match("kind", "document"),
             ["doc_id", "source", "content_hash", "n_pages", "complete", "metadata"],
         )
-        return sorted((_doc_record(p.payload) for p in points), key=lambda d: d.doc_id)
+        return sorted((schema.doc_record(p.payload) for p in points), key=lambda d: d.doc_id)
 
     def document(self, doc_id: str) -> DocumentRecord | None:
         check_id(doc_id, "doc_id")
         found = self._retry(
-            "read documents", lambda: self._client().retrieve(self.sidecar, [_doc_point_id(doc_id)])
+            "read documents",
+            lambda: self._client().retrieve(self.sidecar, [schema.doc_point_id(doc_id)]),
         )
-        return _doc_record(found[0].payload or {}) if found else None
+        return schema.doc_record(found[0].payload or {}) if found else None
 
     def page_ids(self, doc_id: str | None = None) -> list[str]:
         """All page ids (sorted), or a document's in page order."""
@@ -494,7 +480,7 @@ class QdrantStore(MultiVectorStore):
                 p.payload["page_id"] for p in self._scroll(self.collection, None, ["page_id"])
             )
         check_id(doc_id, "doc_id")
-        points = self._scroll(self.collection, _match("doc_id", doc_id), ["page_id", "page_no"])
+        points = self._scroll(self.collection, rq.match("doc_id", doc_id), ["page_id", "page_no"])
         return [
             p.payload["page_id"]
             for p in sorted(points, key=lambda p: (p.payload["page_no"], p.payload["page_id"]))
@@ -509,7 +495,7 @@ class QdrantStore(MultiVectorStore):
                     partial(
                         self._client().retrieve,
                         self.collection,
-                        [_point_id(p) for p in chunk],
+                        [schema.point_id(p) for p in chunk],
                         with_payload=True,
                         with_vectors=[PAGES] if vectors else False,
                     ),
@@ -570,11 +556,11 @@ class QdrantStore(MultiVectorStore):
         if not qs:
             return []
         exact = self._use_exact(mode)
-        requests = [self._request(q, k + _TIE_MARGIN, flt, exact) for q in qs]
+        requests = [self._request(q, k + TIE_MARGIN, flt, exact) for q in qs]
         responses = self._retry(
             "query", lambda: self._client().query_batch_points(self.collection, requests)
         )
-        return [_results(r.points, k) for r in responses]
+        return [rq.results(r.points, k) for r in responses]
 
     def _search_with_text(
         self,
@@ -609,20 +595,20 @@ class QdrantStore(MultiVectorStore):
         text_depth = depth if text_k is None else check_k(text_k, "text_k", self.count)
         if qs and alpha is None:
             return self._server_rrf(qs, words, k, flt, depth, text_depth)
-        requests = [self._text_request(t, text_depth + _TIE_MARGIN, flt) for t in words]
+        requests = [self._text_request(t, text_depth + TIE_MARGIN, flt) for t in words]
         if qs:
             exact = self._use_exact("auto")
-            requests += [self._request(q, depth + _TIE_MARGIN, flt, exact) for q in qs]
+            requests += [self._request(q, depth + TIE_MARGIN, flt, exact) for q in qs]
         responses = self._retry(
             "query", lambda: self._client().query_batch_points(self.collection, requests)
         )
         out = []
         for i in range(len(words)):
             matched = [p for p in responses[i].points if p.score > 0]  # no shared term: no hit
-            text_hits = _results(matched, text_depth)
+            text_hits = rq.results(matched, text_depth)
             sides = {"text": text_hits}
             if qs:
-                sides = {"visual": _results(responses[len(words) + i].points, depth), **sides}
+                sides = {"visual": rq.results(responses[len(words) + i].points, depth), **sides}
             payloads = {h.page_id: h for side in sides.values() for h in side}
             fused = fuse(
                 {s: [(h.page_id, h.score) for h in hits] for s, hits in sides.items()},
@@ -657,13 +643,13 @@ class QdrantStore(MultiVectorStore):
         exact = self._use_exact("auto")
         requests = []
         for q, text in zip(qs, words, strict=True):
-            dense = _as_prefetch(self._request(q, depth, flt, exact))
+            dense = rq.as_prefetch(self._request(q, depth, flt, exact))
             sparse = self._text_request(text, text_depth, flt)
             requests.append(
                 models.QueryRequest(
-                    prefetch=[dense, _as_prefetch(sparse)],
+                    prefetch=[dense, rq.as_prefetch(sparse)],
                     query=models.RrfQuery(rrf=models.Rrf(k=RRF_K + 1)),
-                    limit=k + _TIE_MARGIN,
+                    limit=k + TIE_MARGIN,
                     with_payload=True,
                     with_vector=False,
                 )
@@ -672,11 +658,11 @@ class QdrantStore(MultiVectorStore):
         responses = self._retry(
             "query", lambda: self._client().query_batch_points(self.collection, requests)
         )
-        fused = [_results(responses[2 * i].points, k) for i in range(len(qs))]
-        texts = [_results(responses[2 * i + 1].points, text_depth) for i in range(len(qs))]
+        fused = [rq.results(responses[2 * i].points, k) for i in range(len(qs))]
+        texts = [rq.results(responses[2 * i + 1].points, text_depth) for i in range(len(qs))]
         scores = self._maxsim_of(qs, fused)
         return [
-            [_with_components(h, texts[i], scores[i]) for h in fused[i]] for i in range(len(qs))
+            [rq.with_components(h, texts[i], scores[i]) for h in fused[i]] for i in range(len(qs))
         ]
 
     def _maxsim_of(
@@ -688,7 +674,7 @@ class QdrantStore(MultiVectorStore):
                 query=q.tolist(),
                 using=PAGES,
                 filter=models.Filter(
-                    must=[models.HasIdCondition(has_id=[_point_id(h.page_id) for h in found])]
+                    must=[models.HasIdCondition(has_id=[schema.point_id(h.page_id) for h in found])]
                 ),
                 limit=max(1, len(found)),
                 with_payload=["page_id"],
@@ -704,15 +690,7 @@ class QdrantStore(MultiVectorStore):
     def _text_request(
         self, text: str, limit: int, flt: models.Filter | None
     ) -> models.QueryRequest:
-        indices, values = sparse_query(text)
-        return models.QueryRequest(
-            query=models.SparseVector(indices=indices or [0], values=values or [0.0]),
-            using=TEXT,
-            filter=flt,
-            limit=limit,
-            with_payload=True,
-            with_vector=False,
-        )
+        return rq.text_request(text, limit, flt)
 
     def _use_exact(self, mode: str) -> bool:
         if self.candidate == "none" or mode == "exact":
@@ -725,23 +703,9 @@ class QdrantStore(MultiVectorStore):
     def _request(
         self, q: np.ndarray, limit: int, flt: models.Filter | None, exact: bool
     ) -> models.QueryRequest:
-        prefetch = None
-        if not exact:
-            cand = q.mean(axis=0).tolist() if self.candidate == "mean" else _signs(q).tolist()
-            prefetch = models.Prefetch(
-                query=cand,
-                using=self.candidate,
-                filter=flt,
-                limit=max(limit, self.options.candidates),
-            )
-        return models.QueryRequest(
-            query=q.tolist(),
-            using=PAGES,
-            prefetch=prefetch,
-            filter=flt,
-            limit=limit,
-            with_payload=True,
-            with_vector=False,
+        candidate = None if exact else self.candidate
+        return rq.page_request(
+            q, limit, flt, candidate=candidate, candidates=self.options.candidates
         )
 
     # ------------------------------------------------------------------ integrity
@@ -756,7 +720,7 @@ class QdrantStore(MultiVectorStore):
         docs = {d.doc_id for d in self.documents()}
         for p in pages:
             payload = p.payload or {}
-            if str(p.id) != _point_id(str(payload.get("page_id"))):
+            if str(p.id) != schema.point_id(str(payload.get("page_id"))):
                 problems.append(
                     f"point {p.id} has page_id {payload.get('page_id')!r} that does "
                     "not hash to its id"
@@ -781,11 +745,7 @@ class QdrantStore(MultiVectorStore):
             raise StoreReadOnlyError(f"store {self.root} was opened with readonly=True")
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
-        return _retry(self.options, what, call)
-
-
-def _retry(opts: QdrantOptions, what: str, call: Callable[[], T]) -> T:
-    return with_retries(call, retries=opts.retries, backoff_s=opts.retry_backoff_s, what=what)
+        return retry(self.options, what, call)
 
 
 def _location(location: str | QdrantLocation, api_key: str | None) -> QdrantLocation:
@@ -794,165 +754,5 @@ def _location(location: str | QdrantLocation, api_key: str | None) -> QdrantLoca
     return parse_qdrant_url(location, api_key=api_key)
 
 
-def _create_collections(
-    client: QdrantClient, loc: QdrantLocation, dim: int, candidate: str, opts: QdrantOptions
-) -> None:
-    maxsim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
-    vectors = {
-        PAGES: models.VectorParams(
-            size=dim,
-            distance=models.Distance.DOT,
-            multivector_config=maxsim,
-            hnsw_config=models.HnswConfigDiff(m=0),
-            datatype=models.Datatype.FLOAT16,
-            on_disk=opts.on_disk,
-        )
-    }
-    if candidate == "mean":
-        vectors["mean"] = models.VectorParams(size=dim, distance=models.Distance.DOT)
-    elif candidate == "binary":
-        vectors["binary"] = models.VectorParams(
-            size=dim,
-            distance=models.Distance.DOT,
-            multivector_config=maxsim,
-            datatype=models.Datatype.FLOAT16,
-            on_disk=opts.on_disk,
-        )
-    sparse = {TEXT: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-    _retry(
-        opts,
-        "create collection",
-        lambda: client.create_collection(
-            loc.collection,
-            vectors_config=vectors,
-            sparse_vectors_config=sparse,
-            shard_number=opts.shards,
-            replication_factor=opts.replicas,
-            on_disk_payload=opts.on_disk or None,
-        ),
-    )
-    if not _retry(
-        opts, "collection check", lambda: client.collection_exists(loc.collection + SIDECAR_SUFFIX)
-    ):
-        _retry(  # one shard (it holds a few rows per document), as many copies as the pages
-            opts,
-            "create collection",
-            lambda: client.create_collection(
-                loc.collection + SIDECAR_SUFFIX,
-                vectors_config={},
-                replication_factor=opts.replicas,
-            ),
-        )
-    if loc.host is not None:  # payload indexes only matter on a server (local mode warns)
-        for name, schema in (
-            ("doc_id", models.PayloadSchemaType.KEYWORD),
-            ("page_id", models.PayloadSchemaType.KEYWORD),
-            ("page_no", models.PayloadSchemaType.INTEGER),
-        ):
-            _retry(
-                opts,
-                "create index",
-                partial(client.create_payload_index, loc.collection, name, schema),
-            )
-
-
-def _signs(vectors: np.ndarray) -> np.ndarray:
-    """Binary quantisation: +-1/sqrt(D) per component (dot = 1 - 2 * hamming / D)."""
-    return np.where(vectors >= 0, 1.0, -1.0).astype(np.float32) / np.sqrt(vectors.shape[1])
-
-
-def _point_id(page_id: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, "page:" + page_id))
-
-
-def _doc_point_id(doc_id: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, "doc:" + doc_id))
-
-
-def _match(key: str, value: str) -> models.Filter:
-    return models.Filter(
-        must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))]
-    )
-
-
 def _chunks(items: list[T], size: int) -> list[list[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _page_record(point: Any) -> PageRecord:
-    p = point.payload
-    vectors = point.vector[PAGES] if isinstance(point.vector, dict) else point.vector
-    return PageRecord(
-        p["page_id"],
-        p["doc_id"],
-        int(p["page_no"]),
-        np.asarray(vectors, dtype=np.float32),
-        dict(p.get("metadata") or {}),
-        p.get("image_ref"),
-        p.get("text"),
-    )
-
-
-def _doc_record(p: dict[str, Any]) -> DocumentRecord:
-    return DocumentRecord(
-        p["doc_id"],
-        p.get("source"),
-        p.get("content_hash"),
-        p.get("n_pages"),
-        bool(p.get("complete")),
-        dict(p.get("metadata") or {}),
-    )
-
-
-def _as_prefetch(request: models.QueryRequest) -> models.Prefetch:
-    """A query request as a prefetch of a fusion query."""
-    return models.Prefetch(
-        prefetch=request.prefetch,
-        query=request.query,
-        using=request.using,
-        filter=request.filter,
-        limit=request.limit,
-    )
-
-
-def _with_components(
-    hit: SearchResult, text_hits: list[SearchResult], maxsim: dict[str, float]
-) -> SearchResult:
-    """A fused hit with each side's rank and score: the text side's from its own list, the
-    visual rank from the fused score (``1/(RRF_K + rank)`` per side), its MaxSim from
-    ``maxsim``."""
-    components: dict[str, dict[str, float]] = {}
-    text_rank = next((i for i, t in enumerate(text_hits, start=1) if t.page_id == hit.page_id), 0)
-    visual_share = hit.score
-    if text_rank:
-        components["text"] = {"rank": text_rank, "score": text_hits[text_rank - 1].score}
-        visual_share -= 1.0 / (RRF_K + text_rank)
-    if visual_share > 1e-9:
-        rank = int(round(1.0 / visual_share - RRF_K))
-        components = {
-            "visual": {"rank": rank, "score": maxsim.get(hit.page_id, float("nan"))},
-            **components,
-        }
-    return dataclasses.replace(hit, components=components)
-
-
-def _results(points: list[Any], k: int) -> list[SearchResult]:
-    hits = [
-        SearchResult(
-            p.payload["page_id"],
-            p.payload["doc_id"],
-            int(p.payload["page_no"]),
-            float(p.score),
-            dict(p.payload.get("metadata") or {}),
-            p.payload.get("image_ref"),
-            p.payload.get("text"),
-        )
-        for p in points
-    ]
-    return sorted(hits, key=lambda h: (-h.score, h.page_id))[:k]
-
-
-def _layout_free(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without ``fp16``/``codes``/``layout``: a collection holds full vectors, never
-    codes."""
-    return {k: v for k, v in config.items() if k not in ("fp16", "codes", "layout")}
