@@ -79,9 +79,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The CI command: lint, type check, then every test (the slow end-to-end ones included).
+# The CI command: lint, type check, then every test (the slow end-to-end ones included), on
+# TEST_WORKERS processes (tests/conftest.py says which modules share one); the 30 slowest
+# tests are listed at the end.
+TEST_WORKERS ?= 2
 test: system-deps-test system-deps-office lint typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # The quick loop while changing code: lint, then the suite without the tests marked `slow`.
 test-fast: lint

@@ -1,4 +1,12 @@
-"""Shared fixtures: the real data folder (fail loudly when missing, never skip)."""
+"""Shared fixtures: the real data folder (fail loudly when missing, never skip); and how the
+suite splits across pytest-xdist workers (`make test` runs ``-n 2 --dist loadfile``).
+
+Each test module runs whole on one worker, so its module-scoped fixtures are built once. The
+modules of one `TOGETHER` group run on one worker, one after another: they start Ray clusters,
+or they time a server that a second such module beside them would slow. `SLOWEST_FIRST` sends
+the longest modules out first, so that no worker starts a long module while the other one is
+finishing (`make test` prints ``--durations=30``: the numbers to update it from).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +14,73 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from vrag_compress.testing import shared_data  # noqa: E402, F401
+
+TOGETHER = {
+    "ray": ("test_distributed.py", "test_bench_ray.py", "test_office_frontends.py"),
+    "timed-server": (
+        "test_serve_slowloris.py",
+        "test_concurrent_search.py",
+        "test_serve_load.py",
+        "test_serve_workers.py",
+        "test_serve_crash.py",
+    ),
+}
+"""Modules (by file name, in whichever folder under tests/) that must not run beside each other."""
+
+SLOWEST_FIRST = (
+    "test_distributed.py",
+    "test_onnx_query.py",
+    "test_wheels.py",
+    "test_serve_browser.py",
+    "test_bench_ray.py",
+)
+"""The longest modules, longest first; the others follow in the order pytest collects them."""
+
+
+def work_unit(nodeid: str) -> str:
+    """What one worker runs whole: a test's `TOGETHER` group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    name = module.rsplit("/", 1)[-1]
+    return next((group for group, names in TOGETHER.items() if name in names), module)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: this conftest also loads without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the modules of a `TOGETHER` group as one file, handed out in
+    collection order (which `pytest_collection_modifyitems` sorts) rather than by test count.
+
+    (xdist's own ``--dist loadgroup`` renames node ids to carry the group, which pytest 9.2's
+    node ids no longer allow: pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ModuleGroups(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the slowest modules first (a stable sort: each module keeps the
+    order of its tests, and every worker collects the same order)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture
