@@ -115,3 +115,70 @@ def law_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
         pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
         index.add([pdf], metadata={"team": "law"}, progress=False, ocr="never")
     return path
+
+
+class Child:
+    """A crash test's child process (the part of `subprocess.Popen` those tests use)."""
+
+    def __init__(self, process: Any, out: Path) -> None:
+        self.process, self.out = process, out
+        self.pid: int = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code; ``-N`` when signal N ended it (``-9``: killed)."""
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.returncode is None:
+            raise TimeoutError(f"child {self.pid} still runs after {timeout} s")
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    @property
+    def stdout(self) -> str:
+        return (self.out / "stdout").read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return (self.out / "stderr").read_text(errors="replace")
+
+
+_CHILD_MAIN = """
+import os, sys
+for _fd, _name in ((1, "stdout"), (2, "stderr")):
+    os.dup2(os.open(os.path.join({out!r}, _name), os.O_WRONLY | os.O_CREAT, 0o644), _fd)
+sys.argv = {argv!r}
+del _fd, _name
+"""
+
+
+@pytest.fixture(scope="session")
+def crash_child(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Child]:
+    """``crash_child(source, *args)`` starts ``python -c source args...`` as a process forked
+    from one that imported numpy and the store once (multiprocessing's forkserver), not as a
+    fresh interpreter that imports them again each round. It is still a real process, killed
+    (or killing itself) mid-write; ``.wait()`` gives ``-9`` then, and ``.stdout``/``.stderr``
+    what it printed."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["numpy", "vrag_compress.store"])
+
+    def start(source: str, *args: str | Path) -> Child:
+        out = tmp_path_factory.mktemp("child")
+        main = _CHILD_MAIN.format(out=str(out), argv=["-c", *map(str, args)])
+        process = context.Process(target=exec, args=(main + source, {"__name__": "__main__"}))
+        process.start()
+        return Child(process, out)
+
+    return start
