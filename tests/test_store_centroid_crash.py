@@ -4,8 +4,6 @@ with fp16 vectors and without them (the index's 2-bit codes are then the only co
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -80,15 +78,11 @@ def store_path(tmp_path, request) -> Path:
     return path
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("point", ["train", "assign", "merge", "after_commit"])
-def test_kill_during_index_work_leaves_a_consistent_store(store_path, point):
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(store_path), point],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == -9, run.stdout + run.stderr
+def test_kill_during_index_work_leaves_a_consistent_store(store_path, point, crash_child):
+    run = crash_child(CHILD, store_path, point)
+    assert run.wait(timeout=300) == -9, run.stdout + run.stderr
     with LocalStore.open(store_path, **OPTIONS) as store:  # the writer open cleans up
         report = store.verify()
         assert report.ok, report.problems
@@ -107,8 +101,9 @@ def test_kill_during_index_work_leaves_a_consistent_store(store_path, point):
         assert "new0" not in store.page_ids()
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("point", ["stage_train", "stage_commit"])
-def test_kill_while_staged_rows_become_codes(tmp_path, point):
+def test_kill_while_staged_rows_become_codes(tmp_path, point, crash_child):
     """A store without fp16 vectors keeps fp16 rows until it holds enough vectors, then trains
     its codes and drops the rows in one commit: killed before it, the rows are intact; killed
     after it (before the files are unlinked), the codes serve and the files are orphans."""
@@ -116,13 +111,8 @@ def test_kill_while_staged_rows_become_codes(tmp_path, point):
     with LocalStore.create(path, {**CONFIG, "codes": "2bit", "fp16": False}, **OPTIONS) as store:
         store.add([PageRecord(f"p{i:04d}", "d", 1, vectors(i)) for i in range(20)])
         assert store.index_info() is None  # 240 vectors: staged as fp16 rows
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), point],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == -9, run.stdout + run.stderr
+    run = crash_child(CHILD, path, point)
+    assert run.wait(timeout=300) == -9, run.stdout + run.stderr
     committed = point == "stage_commit"
     with LocalStore.open(path, **OPTIONS) as store:  # the writer open removes orphans
         report = store.verify()

@@ -140,13 +140,11 @@ def matches(actual: dict[str, np.ndarray], model: dict) -> bool:
     )
 
 
-def run_child(path: Path, log: Path, seed: int, crash_at: str, kill_after: float | None) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    child = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), str(log), str(seed), crash_at],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
+def run_child(
+    crash_child, path: Path, log: Path, seed: int, crash_at: str, kill_after: float | None
+) -> None:
+    """One writer, SIGKILLed ``kill_after`` seconds after it starts or at ``crash_at``."""
+    child = crash_child(WRITER, path, log, seed, crash_at)
     try:
         if kill_after is not None:
             time.sleep(kill_after)
@@ -155,11 +153,11 @@ def run_child(path: Path, log: Path, seed: int, crash_at: str, kill_after: float
     finally:
         if child.poll() is None:
             child.kill()
-    stderr = child.stderr.read().decode()
-    assert child.returncode == -signal.SIGKILL, stderr
+    assert child.returncode == -signal.SIGKILL, child.stderr
 
 
-def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path):
+@pytest.mark.crash
+def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path, crash_child):
     path = tmp_path / "store"
     LocalStore.create(path, CONFIG).close()
     model: dict = {}
@@ -175,7 +173,7 @@ def test_crash_anywhere_keeps_exactly_the_committed_pages(tmp_path):
     torn_tails = 0
     for seed, (crash_at, delay) in enumerate(rounds):
         log = tmp_path / f"log{seed}.txt"
-        run_child(path, log, seed, crash_at, delay)
+        run_child(crash_child, path, log, seed, crash_at, delay)
         torn_tails += any("torn tail" in n for n in LocalStore.verify_path(path).notes)
         before, after = replay(log, model)
         state = store_state(path)
