@@ -12,7 +12,7 @@ import pytest
 from vrag_compress.scoring import maxsim
 from vrag_compress.scoring.packed import gather_pages, maxsim_scores
 from vrag_compress.store import LocalStore, PageRecord
-from vrag_compress.store.candidates.cells import ResidualCodec, _pack, _unpack
+from vrag_compress.store.candidates.codec import ResidualCodec, _pack, _unpack
 from vrag_compress.store.candidates.kernels import byte_table
 
 DIM = 32

@@ -46,8 +46,8 @@ CHILD = textwrap.dedent(
         die_after(cand, "train")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "stage_commit":  # codes committed, staged segment files not yet unlinked
-        from vrag_compress.store.local.candidates import CentroidIndexes
-        die_before(CentroidIndexes, "_unlink_segments")
+        from vrag_compress.store.local.candidates import CandidateIndexes
+        die_before(CandidateIndexes, "_unlink_segments")
         store.add([PageRecord(f"new{i}", "d", 1, vectors(1000 + i)) for i in range(5)])
     elif point == "merge":
         store.delete(page_ids=["p0001", "p0002"])

@@ -9,6 +9,7 @@ from vrag_compress.scoring.packed import maxsim_scores
 from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.candidates import cells as cz
 from vrag_compress.store.candidates import files as cand
+from vrag_compress.store.candidates.codec import ResidualCodec, code_roundtrip
 
 DIM = 32
 
@@ -111,14 +112,14 @@ def test_residual_codes_round_trip(nbits, max_err):
     tokens, bounds = clustered(200)
     centroids = cz.train_centroids(tokens, 32, gpu=False)
     codes = cz.assign(tokens, centroids)
-    codec = cz.ResidualCodec.fit(tokens - centroids[codes], nbits)
+    codec = ResidualCodec.fit(tokens - centroids[codes], nbits)
     packed = codec.encode(tokens, codes, centroids)
     assert packed.shape == (len(tokens), DIM * nbits // 8) and packed.dtype == np.uint8
     decoded = codec.decode(packed, codes, centroids)
     assert np.abs(decoded - tokens).mean() < max_err
     assert np.abs(decoded - tokens).mean() < np.abs(centroids[codes] - tokens).mean()
     with pytest.raises(ValueError, match="multiple of"):
-        cz.ResidualCodec.fit(np.zeros((4, 30), np.float32), 2)
+        ResidualCodec.fit(np.zeros((4, 30), np.float32), 2)
 
 
 @pytest.mark.parametrize("codes", ["none", "2bit"])
@@ -176,14 +177,14 @@ def test_damaged_index_files_are_reported(tmp_path):
 @pytest.mark.parametrize("codes,bytes_max", [("fp16", 64), ("4bit", 21), ("2bit", 13)])
 def test_code_roundtrip_keeps_scores_close(codes, bytes_max):
     tokens, bounds = clustered(400)
-    decoded, per_token = cz.code_roundtrip(tokens, codes)
+    decoded, per_token = code_roundtrip(tokens, codes)
     assert decoded.shape == tokens.shape and per_token <= bytes_max
     qs = queries_from(tokens, bounds, 10)
     exact = maxsim_scores(qs, tokens, bounds)
     approx = maxsim_scores(qs, decoded, bounds)
     assert np.mean(np.argmax(exact, axis=1) == np.argmax(approx, axis=1)) >= 0.9
     with pytest.raises(ValueError, match="codes must be"):
-        cz.code_roundtrip(tokens, "3bit")
+        code_roundtrip(tokens, "3bit")
 
 
 def test_assignment_through_the_centroid_graph_matches_the_exact_nearest():

@@ -187,7 +187,7 @@ CHILD = textwrap.dedent(
     from vrag_compress.store import LocalStore
     from vrag_compress.store.local import integrity
     from vrag_compress.store.candidates import files as cand
-    from vrag_compress.store.local.candidates import CentroidIndexes
+    from vrag_compress.store.local.candidates import CandidateIndexes
 
     path, point = sys.argv[1], sys.argv[2]
 
@@ -197,8 +197,8 @@ CHILD = textwrap.dedent(
         "compacted": (LocalStore, "compact", die_after),
         "rows_checked": (integrity, "check_fp16_rows", die_after),
         "codes_written": (cand, "train", die_after),
-        "committed": (CentroidIndexes, "_unlink_segments", die_before),
-        "unlinked": (CentroidIndexes, "_unlink_segments", die_after),
+        "committed": (CandidateIndexes, "_unlink_segments", die_before),
+        "unlinked": (CandidateIndexes, "_unlink_segments", die_after),
     }[point]
     store = LocalStore.open(path, centroid_min_tokens=-1)
     when(owner, name)

@@ -484,7 +484,7 @@ def _stored_vectors(
     pages: list[np.ndarray], code: str, seed: int
 ) -> tuple[list[np.ndarray], float]:
     """The pages' vectors after a round trip through ``code`` and the bytes kept per token."""
-    from vrag_compress.store.candidates.cells import code_roundtrip
+    from vrag_compress.store.candidates.codec import code_roundtrip
 
     lengths = [len(p) for p in pages]
     decoded, per_token = code_roundtrip(np.concatenate(pages), code, seed=seed)

@@ -39,6 +39,7 @@ from vrag_compress.durable import fsync_folder
 from vrag_compress.scoring.packed import gather_pages
 from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.candidates import cells as cz
+from vrag_compress.store.candidates.codec import ResidualCodec
 from vrag_compress.store.candidates.kernels import (
     CODED_SCORE_BAND,
     byte_table,
@@ -267,7 +268,7 @@ def train(
     codec = None
     if NBITS[codes]:
         resid = np.asarray(tokens[sample], dtype=np.float32) - centroids[code_ids[sample]]
-        codec = cz.ResidualCodec.fit(resid, NBITS[codes])
+        codec = ResidualCodec.fit(resid, NBITS[codes])
         manifest["codec"] = [
             _save(w.folder, f"{g}-cutoffs.npy", codec.cutoffs, w.crcs),
             _save(w.folder, f"{g}-weights.npy", codec.weights, w.crcs),
@@ -298,7 +299,7 @@ class CandidateIndex:
         self.codec = None
         if manifest["codec"]:
             cutoffs, weights = (np.asarray(_load(folder, n)) for n in manifest["codec"])
-            self.codec = cz.ResidualCodec(NBITS[manifest["codes"]], cutoffs, weights)
+            self.codec = ResidualCodec(NBITS[manifest["codes"]], cutoffs, weights)
         files = manifest["base"]["files"]
         self.base = self._part(folder, files)
         self.indptr = _load(folder, files["indptr"])

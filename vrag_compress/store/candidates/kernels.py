@@ -82,7 +82,7 @@ def _load_loops(cache_dir: str | None = None) -> Any:
 
 def byte_table(weights: np.ndarray, nbits: int) -> np.ndarray:
     """``[D·b/8, 256, 8/b]`` float32: for each packed byte position and byte value, the bucket
-    means of the dimensions it holds (the packing of `centroids._pack`: low bits first)."""
+    means of the dimensions it holds (the packing of `codec._pack`: low bits first)."""
     per = 8 // nbits
     n_bytes = weights.shape[0] // per
     values = np.arange(256, dtype=np.int64)

@@ -83,7 +83,7 @@ class _SlotMap:
     unindexed: np.ndarray
 
 
-class CentroidIndexes:
+class CandidateIndexes:
     """The candidate index of one open store: opened lazily, kept in step by the writer."""
 
     def __init__(self, ctx: StoreContext):

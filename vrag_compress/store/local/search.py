@@ -8,7 +8,7 @@ candidate index (else a FAISS token index) and reranks them exactly. ``auto`` pi
 one by a cost model counted in vectors touched per query vector: exact touches the T filtered
 vectors; two-stage touches the K centroids, the probed page-list entries (nprobe × entries / K),
 the vectors of pages added since the last merge, and the R × T/P vectors it reranks
-(`CentroidIndexes.two_stage_cost`). Without a candidate index, ``auto`` is exact up to
+(`CandidateIndexes.two_stage_cost`). Without a candidate index, ``auto`` is exact up to
 ``EXACT_WITHOUT_INDEX`` (1,000,000) vectors. A set ``exact_max_tokens`` option replaces both
 rules by its own threshold (exact while T ≤ it).
 """
@@ -37,7 +37,7 @@ from vrag_compress.store.filters.sql import compile_filter
 from vrag_compress.store.fusion import check_alpha, fuse
 from vrag_compress.store.local import catalog as cat
 from vrag_compress.store.local import integrity
-from vrag_compress.store.local.candidates import CentroidIndexes, damage_advice
+from vrag_compress.store.local.candidates import CandidateIndexes, damage_advice
 from vrag_compress.store.local.context import StoreContext
 from vrag_compress.store.local.snapshot import Snapshot, Snapshots
 from vrag_compress.store.local.text_engine import TextEngine
@@ -70,7 +70,7 @@ class Searcher:
         self,
         ctx: StoreContext,
         snapshots: Snapshots,
-        centroids: CentroidIndexes | None = None,
+        centroids: CandidateIndexes | None = None,
         text_engine: TextEngine | None = None,
     ):
         self.ctx = ctx

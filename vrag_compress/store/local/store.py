@@ -54,7 +54,7 @@ from vrag_compress.store.candidates.tuning import pseudo_queries
 from vrag_compress.store.local import catalog as cat
 from vrag_compress.store.local import integrity, layout, text_sql
 from vrag_compress.store.local import segments as seg
-from vrag_compress.store.local.candidates import CentroidIndexes, recall_sample_size
+from vrag_compress.store.local.candidates import CandidateIndexes, recall_sample_size
 from vrag_compress.store.local.context import StoreContext, StoreOptions
 from vrag_compress.store.local.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.local.search import Searcher
@@ -148,7 +148,7 @@ class LocalStore(MultiVectorStore):
         self._ctx = StoreContext(
             root, options, cat.Catalog(root / cat.CATALOG_NAME, readonly=readonly)
         )
-        self._centroids = CentroidIndexes(self._ctx)
+        self._centroids = CandidateIndexes(self._ctx)
         self._snapshots = Snapshots(self._ctx, self._centroids.coded_tokens)
         self._writer = PageWriter(self._ctx, self._centroids)
         self._text = TextEngine(self._ctx, writable=not readonly)

@@ -29,7 +29,7 @@ from vrag_compress.store.base import (
 )
 from vrag_compress.store.local import catalog as cat
 from vrag_compress.store.local import segments as seg
-from vrag_compress.store.local.candidates import CentroidIndexes
+from vrag_compress.store.local.candidates import CandidateIndexes
 from vrag_compress.store.local.context import StoreContext
 from vrag_compress.store.validate import (
     StoreInputError,
@@ -44,7 +44,7 @@ from vrag_compress.store.validate import (
 class PageWriter:
     """Validated, crash-safe writes to one store (the caller holds the writer lock)."""
 
-    def __init__(self, ctx: StoreContext, centroids: CentroidIndexes | None = None):
+    def __init__(self, ctx: StoreContext, centroids: CandidateIndexes | None = None):
         self.ctx = ctx
         self.centroids = centroids
 
