@@ -5,8 +5,6 @@ leaves with the old layout or the new one, never half."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -208,19 +206,18 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize(
     "point", ["compacted", "rows_checked", "codes_written", "committed", "unlinked"]
 )
-def test_kill_during_the_switch_leaves_one_layout_or_the_other(tmp_path, point):
+def test_kill_during_the_switch_leaves_one_layout_or_the_other(tmp_path, point, crash_child):
     path = tmp_path / "s"
     with LocalStore.create(path, BASE, centroid_min_tokens=-1) as store:
         store.add(records(0, 30))
         store.delete(page_ids=["p0002"])  # something for the compaction to do
         store.optimize()  # an fp16 index is there too: the switch replaces it
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), point], capture_output=True, text=True
-    )
-    assert run.returncode == -9, run.stdout + run.stderr
+    run = crash_child(CHILD, path, point)
+    assert run.wait(timeout=300) == -9, run.stdout + run.stderr
     switched = point in ("committed", "unlinked")
     with LocalStore.open(path, centroid_min_tokens=-1) as store:  # the writer open cleans up
         report = store.verify()

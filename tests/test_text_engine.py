@@ -238,14 +238,15 @@ def assert_text_agrees(path: Path) -> None:
         assert engine_hits(reader, "plate") is not None
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize(
     "point", ["after_catalog_commit", "inside_engine_write", "after_engine_commit"]
 )
-def test_a_kill_at_each_step_of_a_write_leaves_text_and_pages_agreeing(store_path, point):
-    run = subprocess.run(
-        [sys.executable, "-c", KILL_AT, str(store_path), point], capture_output=True, timeout=120
-    )
-    assert run.returncode == -9, run.stderr.decode()
+def test_a_kill_at_each_step_of_a_write_leaves_text_and_pages_agreeing(
+    store_path, point, crash_child
+):
+    run = crash_child(KILL_AT, store_path, point)
+    assert run.wait(timeout=120) == -9, run.stderr
     assert_text_agrees(store_path)
     with LocalStore.open(store_path) as store:
         assert ids(store, "zeppelin") == ["new"]
@@ -271,6 +272,7 @@ WRITE_FOREVER = textwrap.dedent(
 )
 
 
+@pytest.mark.crash
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_writer_killed_at_a_random_moment_leaves_text_and_pages_agreeing(store_path, seed):
     child = subprocess.Popen(
