@@ -119,15 +119,19 @@ def test_families_that_cannot_export_say_why(cache: Path, model: str, reason: st
 def test_a_cli_search_of_a_colsmol_index_never_imports_torch(
     cache: Path, shared_data: Path, tmp_path: Path
 ) -> None:
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(cache)}
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
     index = tmp_path / "ix"
-    cli = [sys.executable, "-m", "vrag_compress"]
-    for args in (
+    for args in (  # in this process (the cache fixture set VRAG_CACHE_DIR): the probe is checked
         ["index", pdf, "--index", index, "--model", "tiny-colsmol"],
         ["export-onnx", index],
     ):
-        subprocess.run([*cli, *map(str, args)], check=True, env=env, capture_output=True)
+        result = CliRunner().invoke(app, list(map(str, args)))
+        assert result.exit_code == 0, result.output
     argv = ["vrag", "search", str(index), "state totals", "--json"]
     probe = (
         "import json, runpy, sys\n"

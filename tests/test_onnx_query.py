@@ -18,14 +18,20 @@ QUERIES = ["background checks by state", "x", "how many permits were issued in n
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> dict[str, Path]:
-    """A MiniLM index of one real PDF, and the MiniLM query export in a private model cache."""
+    """A MiniLM index of one real PDF, and the MiniLM query export in a private model cache
+    (both commands run in this process: the tests below start the processes they check)."""
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
     root = tmp_path_factory.mktemp("onnx")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VRAG_CACHE_DIR": str(root / "cache")}
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
-    cli = [sys.executable, "-m", "vrag_compress"]
     index = root / "ix"
-    for args in (["index", pdf, "--index", index, "--model", "minilm"], ["export-onnx", index]):
-        subprocess.run([*cli, *map(str, args)], check=True, env=env, capture_output=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VRAG_CACHE_DIR", str(root / "cache"))
+        for args in (["index", pdf, "--index", index, "--model", "minilm"], ["export-onnx", index]):
+            result = CliRunner().invoke(app, list(map(str, args)))
+            assert result.exit_code == 0, result.output
     return {"index": index, "cache": root / "cache"}
 
 
