@@ -466,6 +466,18 @@ class CandidateIndex:
         ok = (idx >= 0) & (sorted_pids[np.maximum(idx, 0)] == pids) if len(order) else idx < -1
         return np.where(ok, order[np.maximum(idx, 0)] if len(order) else -1, -1)
 
+    def tokens_of(self, pids: np.ndarray, cache_bytes: int) -> CodedTokens:
+        """The decoded-on-demand token matrix of these pages (in this order); a page the index
+        lacks means a damaged store."""
+        slots = self.slots_of(pids)
+        if (slots < 0).any():
+            raise StoreCorruptError(
+                str(self.root / INDEX_DIR),
+                f"{int((slots < 0).sum())} pages without fp16 vectors are missing from the "
+                "candidate index",
+            )
+        return CodedTokens(self, slots, cache_bytes)
+
     # ----------------------------------------------------------------- changes
 
     def append(self, pids: np.ndarray, bounds: np.ndarray, tokens: np.ndarray) -> dict[str, Any]:

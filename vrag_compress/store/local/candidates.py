@@ -47,6 +47,7 @@ from vrag_compress.store.local import catalog as cat
 from vrag_compress.store.local import integrity, layout
 from vrag_compress.store.local import segments as seg
 from vrag_compress.store.local.context import StoreContext
+from vrag_compress.store.local.snapshot import page_vectors
 
 log = logging.getLogger(__name__)
 
@@ -474,26 +475,19 @@ class CandidateIndexes:
         committed = self.manifest(conn)
         if committed is not None and any(r[1] == seg.NO_SEGMENT for r in rows):
             self._check_source(committed)  # their codes are re-encoded: check them first
-        vectors = self.page_vectors(conn, rows)
+        vectors = page_vectors(self.ctx, conn, rows, self.coded_rows)
         bounds = np.concatenate([[0], np.cumsum([r[3] for r in rows])]).astype(np.int64)
         return index.append(np.array([r[0] for r in rows]), bounds, np.concatenate(vectors))
 
-    def page_vectors(self, conn: sqlite3.Connection, rows: list[tuple]) -> list[np.ndarray]:
-        """Vectors of pages given as ``(pid, segment_id, row_offset, n_vectors)`` rows: the
-        stored fp16 rows, or for pages without them the committed index's decoded codes."""
-        seg_rows = cat.segment_rows(conn)
-        coded = [r[0] for r in rows if r[1] == seg.NO_SEGMENT]
-        decoded: dict[int, np.ndarray] = {}
-        if coded:
-            with self.damage_named(self.manifest(conn)):
-                tokens = self.coded_tokens(conn, np.array(coded, dtype=np.int64))
-                assert isinstance(tokens, cand.CodedTokens)
-                flat, b = tokens[:], tokens.bounds
-            decoded = {p: flat[b[i] : b[i + 1]] for i, p in enumerate(coded)}
-        return [
-            decoded[p] if s == seg.NO_SEGMENT else self.ctx.vectors(s, seg_rows[s], off, n)
-            for p, s, off, n in rows
-        ]
+    def coded_rows(
+        self, conn: sqlite3.Connection, pids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The decoded vectors of these pages (``[T, D]`` and each page's token bounds) from the
+        index committed as of ``conn``'s transaction (`snapshot.page_vectors` reads them)."""
+        with self.damage_named(self.manifest(conn)):
+            tokens = self.coded_tokens(conn, pids)
+            assert isinstance(tokens, cand.CodedTokens)
+            return tokens[:], tokens.bounds
 
     def coded_tokens(
         self, conn: sqlite3.Connection, pids: np.ndarray
@@ -508,14 +502,7 @@ class CandidateIndexes:
                     f"{len(pids)} pages keep no fp16 vectors and there is no candidate index",
                 )
             return np.empty((0, self.ctx.dim), dtype=np.float32)
-        slots = index.slots_of(pids)
-        if (slots < 0).any():
-            raise StoreCorruptError(
-                str(self.ctx.root / cand.INDEX_DIR),
-                f"{int((slots < 0).sum())} pages without fp16 vectors are missing from the "
-                "candidate index",
-            )
-        return cand.CodedTokens(index, slots, self.ctx.options.cache_fp32_max_bytes)
+        return index.tokens_of(pids, self.ctx.options.cache_fp32_max_bytes)
 
     def train_in_background(self, snapshot: Callable[[], Any], codes: str) -> bool:
         """Start `train` on a fresh snapshot in a daemon thread unless one runs (False then)."""

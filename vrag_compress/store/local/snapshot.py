@@ -11,6 +11,7 @@ candidate index committed in the same transaction, on demand (`CodedTokens`).
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,3 +126,24 @@ class Snapshots:
         return SegmentTokens(
             maps, seg_ids, offsets, bounds, dim, self.ctx.options.cache_fp32_max_bytes
         )
+
+
+def page_vectors(
+    ctx: StoreContext,
+    conn: sqlite3.Connection,
+    rows: list[tuple],
+    coded_rows: Callable[[sqlite3.Connection, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> list[np.ndarray]:
+    """Vectors of pages given as ``(pid, segment_id, row_offset, n_vectors)`` rows: the stored
+    fp16 rows, or for pages without them (a codes-only store) their decoded residual codes, which
+    ``coded_rows`` reads from the committed candidate index as ``(tokens, bounds)``."""
+    seg_rows = cat.segment_rows(conn)
+    coded = [r[0] for r in rows if r[1] == seg.NO_SEGMENT]
+    decoded: dict[int, np.ndarray] = {}
+    if coded:
+        flat, b = coded_rows(conn, np.array(coded, dtype=np.int64))
+        decoded = {p: flat[b[i] : b[i + 1]] for i, p in enumerate(coded)}
+    return [
+        decoded[p] if s == seg.NO_SEGMENT else ctx.vectors(s, seg_rows[s], off, n)
+        for p, s, off, n in rows
+    ]

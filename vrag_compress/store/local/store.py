@@ -58,7 +58,7 @@ from vrag_compress.store.local.candidates import CandidateIndexes, recall_sample
 from vrag_compress.store.local.context import StoreContext, StoreOptions
 from vrag_compress.store.local.lock import LOCK_NAME, WriterLock
 from vrag_compress.store.local.search import Searcher
-from vrag_compress.store.local.snapshot import Snapshot, Snapshots
+from vrag_compress.store.local.snapshot import Snapshot, Snapshots, page_vectors
 from vrag_compress.store.local.text_engine import TextEngine, check_text_engine
 from vrag_compress.store.local.writer import PageWriter
 from vrag_compress.store.validate import (
@@ -387,10 +387,11 @@ class LocalStore(MultiVectorStore):
             rows = cat.pages_by_id(conn, ids, "pid, " + cat.RECORD)
             seg_rows = cat.segment_rows(conn)
             coded = [r for r in rows if r[7] == seg.NO_SEGMENT]
+            locations = [(r[0], r[7], r[8], r[9]) for r in coded]
             decoded = dict(
                 zip(
                     [r[0] for r in coded],
-                    self._centroids.page_vectors(conn, [(r[0], r[7], r[8], r[9]) for r in coded]),
+                    page_vectors(self._ctx, conn, locations, self._centroids.coded_rows),
                     strict=True,
                 )
             )
