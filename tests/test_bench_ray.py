@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_bench_ray_reports_pages_per_second(shared_data: Path, tmp_path: Path) -> None:

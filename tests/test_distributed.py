@@ -36,7 +36,7 @@ from vrag_compress.store.local.catalog import CATALOG_NAME
 
 ray = pytest.importorskip("ray", reason="the [ray] extra (in dev) is not installed")
 
-pytestmark = pytest.mark.slow  # a real two-node cluster and real models, end to end
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # a real two-node cluster, real models
 
 ROOT = Path(vrag_compress.__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).with_name("ray"))

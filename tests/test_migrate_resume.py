@@ -24,6 +24,8 @@ from vrag_compress.store import DocumentRecord, LocalStore, PageRecord  # noqa: 
 from vrag_compress.store.local.catalog import CATALOG_NAME  # noqa: E402
 from vrag_compress.store.open import open_store  # noqa: E402
 
+pytestmark = [pytest.mark.e2e, pytest.mark.crash]  # `vrag migrate` processes, one killed mid-copy
+
 PAGES = 120
 CONFIG = {"dim": 16, "model_id": "tiny/col"}
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,6 +26,8 @@ from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.serve import ServeConfig, create_app
 from vrag_compress.serve.process import serving
 
+pytestmark = pytest.mark.e2e  # a real server and a real browser
+
 KEY = "browser-test-key"
 HOSTILE = "<img src=x onerror=window.pwned=1>.pdf"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -16,6 +16,8 @@ import pytest
 from vrag_compress import VisualIndex, get_compressor
 from vrag_compress.serve.process import free_port, start_server
 
+pytestmark = [pytest.mark.e2e, pytest.mark.crash]  # a real server, killed mid-upload
+
 KEY = "crash-test-key"
 
 

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from vrag_compress.cli import app
 
+pytestmark = pytest.mark.e2e  # a real server under load
+
 RUN_KEYS = {"p50_ms", "p99_ms", "rps", "requests", "errors"}
 
 

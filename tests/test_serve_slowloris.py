@@ -26,6 +26,8 @@ import pytest
 
 from vrag_compress.serve.process import free_port
 
+pytestmark = pytest.mark.e2e  # a real server process
+
 SERVER_FDS = 256
 SLOW_CONNECTIONS = 400
 KEY = "slowloris-key"

@@ -12,6 +12,8 @@ import pytest
 
 from vrag_compress.serve.process import free_port, start_server
 
+pytestmark = pytest.mark.e2e  # two real server processes
+
 KEY = "workers-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 

@@ -39,7 +39,7 @@ NOT_SOURCE = shutil.ignore_patterns(
     "benchmarks",
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # wheels built and installed
 
 
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
