@@ -114,6 +114,7 @@ def _wait_for_commit(driver: subprocess.Popen[str], index: Path) -> None:
 
 
 @pytest.mark.slow  # two head nodes and two drivers with the tiny model, end to end
+@pytest.mark.e2e
 def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
     heads: Heads, long_folder: Path, tmp_path: Path
 ) -> None:
