@@ -5,7 +5,8 @@ Each test module runs whole on one worker, so its module-scoped fixtures are bui
 modules of one `TOGETHER` group run on one worker, one after another: they start Ray clusters,
 or they time a server that a second such module beside them would slow. `SLOWEST_FIRST` sends
 the longest modules out first, so that no worker starts a long module while the other one is
-finishing (`make test` prints ``--durations=30``: the numbers to update it from).
+finishing (`make test` prints ``--durations=30``: the numbers to update it from). Each worker's
+torch gets its share of the cores (``OMP_NUM_THREADS``), not all of them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # xdist worker: share the cores, don't oversubscribe
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 from vrag_compress.testing import shared_data  # noqa: E402, F401
 
@@ -36,10 +40,17 @@ TOGETHER = {
 
 SLOWEST_FIRST = (
     "test_distributed.py",
-    "test_onnx_query.py",
+    "test_onnx_query.py",  # (second on the list: tests/test_suite_split.py checks the order)
+    "test_concurrent_search.py",
+    "test_office.py",
+    "test_encoders.py",
+    "test_cli_startup.py",
+    "test_onnx_col_query.py",
+    "test_migrate_resume.py",
+    "test_langchain_example.py",
+    "test_langchain_readme.py",
     "test_wheels.py",
     "test_serve_browser.py",
-    "test_bench_ray.py",
 )
 """The longest modules, longest first; the others follow in the order pytest collects them."""
 
