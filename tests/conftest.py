@@ -114,10 +114,11 @@ def make_old() -> Callable[[Path], None]:
     return downgrade
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def law_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    """A tiny-model index of one real page (a court transcript) with metadata team=law: the
-    server's hostile-input and fuzz tests copy it rather than build their own."""
+    """A tiny-model index of one real page (a court transcript) with metadata team=law, built
+    once per session (per xdist worker): the server's hostile-input, fuzz, records and
+    slowloris tests and the CLI fuzz tests copy it (never write to it), none builds its own."""
     from vrag_compress import VisualIndex, get_compressor
 
     path = tmp_path_factory.mktemp("law") / "base.vrag"
