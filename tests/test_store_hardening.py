@@ -87,10 +87,11 @@ LocalStore.create(sys.argv[1], {"dim": 16, "model_id": "harden/test"})
 """
 
 
-def test_a_crashed_create_leaves_no_store_and_can_be_redone(tmp_path):
+@pytest.mark.crash
+def test_a_crashed_create_leaves_no_store_and_can_be_redone(tmp_path, crash_child):
     path = tmp_path / "store"
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(_CRASHING_CREATE), str(path)])
-    assert run.returncode == 9 and path.is_dir()
+    run = crash_child(textwrap.dedent(_CRASHING_CREATE), path)
+    assert run.wait(timeout=120) == 9 and path.is_dir(), run.stderr
     assert not (path / cat.CATALOG_NAME).exists()
     with LocalStore.create(path, CONFIG) as store:  # was: "not an empty directory"
         store.add(pages(2))
