@@ -86,3 +86,14 @@ def test_a_writer_killed_mid_write_leaves_a_whole_pointer(tmp_path: Path):
         child.wait(timeout=30)
         pointer = read_store_pointer(tmp_path)
         assert pointer is not None and str(pointer) in URLS
+
+
+def test_a_writer_of_many_files_can_sync_their_folder_once(tmp_path, monkeypatch):
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(durable.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    for name in ("a.npy", "b.npy", "c.npy"):
+        atomic_write(tmp_path / name, b"x", sync_folder=False)
+    assert len(synced) == 3  # the three files' data, not the folder yet
+    durable.fsync_folder(tmp_path)
+    assert len(synced) == 4

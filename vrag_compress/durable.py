@@ -13,10 +13,14 @@ from typing import BinaryIO
 Content = bytes | str | Callable[[BinaryIO], object]
 
 
-def atomic_write(path: str | os.PathLike[str], content: Content) -> None:
+def atomic_write(
+    path: str | os.PathLike[str], content: Content, *, sync_folder: bool = True
+) -> None:
     """Write ``content`` (bytes, text as UTF-8, or a function writing to a binary handle) to
-    ``path``: a temporary file beside it, fsynced, renamed over ``path``, the folder fsynced.
-    On any error the temporary file is removed and ``path`` is left as it was."""
+    ``path``: a temporary file beside it (``.<name>.<pid>.tmp``), fsynced, renamed over ``path``,
+    the folder fsynced. ``sync_folder=False`` leaves the folder's fsync to the caller, who writes
+    many files into one folder and syncs it once before committing them. On any error the
+    temporary file is removed and ``path`` is left as it was."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -32,7 +36,8 @@ def atomic_write(path: str | os.PathLike[str], content: Content) -> None:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    fsync_folder(target.parent)
+    if sync_folder:
+        fsync_folder(target.parent)
 
 
 def fsync_folder(folder: str | os.PathLike[str]) -> None:

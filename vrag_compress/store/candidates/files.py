@@ -24,7 +24,6 @@ next merge; searches mask them. Opening maps the files (no rebuild): millisecond
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import threading
 import zlib
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from vrag_compress.durable import fsync_folder
+from vrag_compress.durable import atomic_write, fsync_folder
 from vrag_compress.scoring.packed import gather_pages
 from vrag_compress.store.base import StoreCorruptError
 from vrag_compress.store.candidates import cells as cz
@@ -69,14 +68,12 @@ class _Part:
 
 
 def _save(folder: Path, name: str, array: np.ndarray, crcs: dict[str, int]) -> str:
-    """Write one immutable array file crash-safely (temp name, fsync, rename); record its CRC."""
+    """Write one immutable array file crash-safely (the folder is synced once, by `finish`);
+    record its CRC."""
     array = np.ascontiguousarray(array)
-    tmp = folder / (name + ".tmp")
-    with open(tmp, "wb") as handle:
-        np.save(handle, array, allow_pickle=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, folder / name)
+    atomic_write(
+        folder / name, lambda handle: np.save(handle, array, allow_pickle=False), sync_folder=False
+    )
     crcs[name] = _crc(array)
     return name
 
@@ -158,7 +155,8 @@ def remove_orphans(
     keep = manifest_files(manifest)
     removed = 0
     for entry in folder.iterdir():
-        if entry.name not in keep and entry.name.split("-", 1)[0] not in reserved:
+        group = entry.name.lstrip(".").split("-", 1)[0]  # temporaries are ".<name>.<pid>.tmp"
+        if entry.name not in keep and group not in reserved:
             entry.unlink(missing_ok=True)
             removed += 1
     if removed:
