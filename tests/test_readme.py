@@ -24,9 +24,9 @@ pytestmark = pytest.mark.slow  # indexes with real models
 README = Path(__file__).resolve().parents[1] / "README.md"
 USAGE = README.parent / "docs" / "usage.md"  # the README's full tour: its blocks run here too
 ELSEWHERE = {
-    "ask": "tests/test_cli_index.py (a fake chat model)",
+    "ask": "tests/cli/test_cli_index.py (a fake chat model)",
     "serve": "tests/test_serve_*.py (a real server process)",
-    "calibrate": "tests/test_calibrate.py (a calibration set)",
+    "calibrate": "tests/index/test_calibrate.py (a calibration set)",
 }
 SETUP_BLOCKS = ("make demo", "pip install")  # the set-up itself (`make test` is the CI command)
 

@@ -17,7 +17,7 @@ import vrag_compress.cli  # noqa: F401  (registers the commands)
 from vrag_compress.cli.app import app
 from vrag_compress.cli.plugins import load_group
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEST_FOLDERS = [ROOT / "tests", *sorted((ROOT / "integrations").glob("**/tests"))]
 
 
@@ -34,7 +34,7 @@ def invoked_bench_commands() -> dict[str, list[str]]:
     with "bench" and the command, passed to CliRunner.invoke or a subprocess)."""
     found: dict[str, list[str]] = {}
     for folder in TEST_FOLDERS:
-        for path in sorted(folder.glob("test_*.py")):
+        for path in sorted(folder.rglob("test_*.py")):
             if path.resolve() == Path(__file__).resolve():
                 continue
             for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -306,7 +306,7 @@ def test_files_that_are_not_documents(tmp_path):
     text.write_text("just some notes, not a PDF\n")
     random_bytes = tmp_path / "noise.pdf"
     random_bytes.write_bytes(np.random.default_rng(1).bytes(3000))
-    docx = tmp_path / "report.zip"  # (.docx itself is converted: tests/test_office.py)
+    docx = tmp_path / "report.zip"  # (.docx itself is converted: tests/ingest/test_office.py)
     with zipfile.ZipFile(docx, "w") as archive:
         archive.writestr("word/document.xml", "<w:document/>")
     zip_as_pdf = tmp_path / "report.pdf"

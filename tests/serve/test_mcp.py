@@ -209,7 +209,7 @@ def vrag_command() -> list[str]:
 
 def readme_client_entry() -> dict[str, Any]:
     """The MCP server entry of the client configuration the README shows."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
     servers = [json.loads(b)["mcpServers"] for b in blocks if "mcpServers" in b]
     assert len(servers) == 1, "README: one MCP client configuration"

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import vrag_compress
-from tests.test_ingest_hostile import bomb_page, good_page, write_raw_pdf
+from tests.ingest.test_ingest_hostile import bomb_page, good_page, write_raw_pdf
 from vrag_compress.cli import app
 from vrag_compress.distributed import RayOptions
 from vrag_compress.index import VisualIndex

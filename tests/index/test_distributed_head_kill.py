@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_distributed import LONG, MODEL, RAY, _committed, _env, _free_port
-from tests.test_distributed import _whole_and_verified as whole_and_verified
+from tests.index.test_distributed import LONG, MODEL, RAY, _committed, _env, _free_port
+from tests.index.test_distributed import _whole_and_verified as whole_and_verified
 from vrag_compress.index import VisualIndex
 
 COUNTS = re.compile(r"this run committed (\d+) pages? \((\d+) documents? whole\)(?:, plus (\d+))?")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_office import FILLER, SLIDES, needs_soffice, write_pptx
+from tests.ingest.test_office import FILLER, SLIDES, needs_soffice, write_pptx
 from vrag_compress import VisualIndex
 from vrag_compress.ingest import office
 

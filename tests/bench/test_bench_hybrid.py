@@ -65,7 +65,7 @@ def test_page_texts_have_the_asked_length():
 
 @pytest.mark.slow
 def test_retention_cli_hybrid_mode(shared_data: Path, tmp_path: Path):
-    from tests.test_eval_runner import _cranfield_slice
+    from tests.bench.test_eval_runner import _cranfield_slice
 
     folder = _cranfield_slice(shared_data, tmp_path / "cran")
     out, png = tmp_path / "r.json", tmp_path / "h.png"

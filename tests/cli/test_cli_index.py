@@ -179,7 +179,7 @@ def test_default_layout_then_codes_in_place(cli_index: Path, tmp_path: Path):
     assert json.loads(run("verify", copy, "--json")[1])["ok"] is True
     after = json.loads(run("search", copy, "supreme court", "-k", "20", "--json")[1])["hits"]
     # every page still answers (the random tiny model's near-tied order may move; the
-    # tolerance of the codes is checked on clustered vectors in tests/test_store_layout.py)
+    # tolerance of the codes is checked on clustered vectors in tests/store/test_store_layout.py)
     assert {h["page_id"] for h in after} == {h["page_id"] for h in before}
     back = runner.invoke(app, ["optimize", str(copy), "--fp16"])
     assert back.exit_code == 1 and "cannot be rebuilt" in back.stderr
@@ -251,7 +251,7 @@ def use_the_langchain_plugin(monkeypatch: pytest.MonkeyPatch, model: object) -> 
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     qa = pytest.importorskip("langchain_vrag_compress.qa")
-    pyproject = Path(__file__).resolve().parents[1] / "integrations/langchain/pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "integrations/langchain/pyproject.toml"
     group = answering.CHAT_MODEL_PLUGINS
     declared = tomllib.loads(pyproject.read_text())["project"]["entry-points"][group]
     plugins = [EntryPoint(name, value, group) for name, value in declared.items()]

@@ -12,7 +12,7 @@ import pytest
 
 from vrag_compress.cli.plugins import ENTRY_POINT_GROUP, KNOWN_GROUPS, load_group
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from qdrant_client import models
 
-from tests.test_store_hybrid import CONFIG, HOSTILE, TEXTS, pages, vec
+from tests.store.test_store_hybrid import CONFIG, HOSTILE, TEXTS, pages, vec
 from vrag_compress.store import LocalStore, PageRecord, StoreInputError
 from vrag_compress.store.fusion import RRF_K
 from vrag_compress.store.qdrant.store import PAGES, TEXT, QdrantStore

@@ -97,7 +97,7 @@ def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_
 def test_bench_rerank_on_a_cranfield_slice(shared_data, tmp_path):
     """`vrag bench rerank`: BM25's candidates reranked by MaxSim on stored pages, the same
     candidates scored on the fly as pages outside the index, and the JSON report."""
-    from tests.test_eval_runner import _cranfield_slice
+    from tests.bench.test_eval_runner import _cranfield_slice
 
     folder = _cranfield_slice(shared_data, tmp_path / "cran", n_queries=4)
     report = tmp_path / "rerank.json"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_office import needs_soffice
+from tests.ingest.test_office import needs_soffice
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "office_bench.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "office_bench.py"
 
 
 def _bench():  # noqa: ANN202

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.crash]  # `vrag migrate` processes, o
 
 PAGES = 120
 CONFIG = {"dim": 16, "model_id": "tiny/col"}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _source(folder: Path) -> Path:

@@ -284,7 +284,7 @@ def test_the_tail_collection_keeps_the_judgments_and_drops_title_and_lead(
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "judged_collections", Path(__file__).parents[1] / "tools" / "judged_collections.py"
+        "judged_collections", Path(__file__).parents[2] / "tools" / "judged_collections.py"
     )
     assert spec is not None and spec.loader is not None
     tools = importlib.util.module_from_spec(spec)

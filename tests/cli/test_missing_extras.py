@@ -123,6 +123,6 @@ def test_every_command_with_an_extra_missing(
 
 def test_every_extra_named_for_a_module_exists() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     assert set(EXTRA_OF_MODULE.values()) <= set(extras)

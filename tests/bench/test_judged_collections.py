@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vrag_compress.beir import load_beir
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "judged_collections.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "judged_collections.py"
 
 
 def _run(*args: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vrag_compress.ingest import office
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "system_deps.py"
 
 

@@ -17,7 +17,7 @@ from vrag_compress.cli import app
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # builds an index, then runs `vrag` processes
 
 HEAVY = {"torch", "transformers", "colpali_engine", "fastapi", "llama_index", "langchain_core"}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

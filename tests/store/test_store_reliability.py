@@ -205,7 +205,7 @@ def test_reader_sees_only_committed_pages_during_writes(tmp_path):
             i += 1
         store.close()
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     writer = subprocess.Popen([sys.executable, "-c", writer_src, str(path), "4"], env=env)
     rng = np.random.default_rng(0)
     searches = 0
@@ -250,7 +250,7 @@ def test_get_beside_a_compacting_writer_never_raises_keyerror(tmp_path):
             i += 1
         store.close()
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     writer = subprocess.Popen([sys.executable, "-c", writer_src, str(path), "3"], env=env)
     gets = 0
     try:
