@@ -27,7 +27,12 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # xdist worker: share the cores, 
 from vrag_compress.testing import shared_data  # noqa: E402, F401
 
 TOGETHER = {
-    "ray": ("test_distributed.py", "test_bench_ray.py", "test_office_frontends.py"),
+    "ray": (
+        "test_distributed.py",
+        "test_distributed_head_kill.py",
+        "test_bench_ray.py",
+        "test_office_frontends.py",
+    ),
     "timed-server": (
         "test_serve_slowloris.py",
         "test_concurrent_search.py",
