@@ -99,6 +99,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+def printable(text: str) -> str:
+    """``text`` with lone surrogates (file names of non-UTF-8 bytes, as `os.fsdecode` gives them)
+    written as ``\\udcXX``: xdist sends reports to the controller as UTF-8 and stops the whole
+    run on a report it cannot encode."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Captured output, logs and failure text of every report made encodable (see `printable`)."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, printable(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if printable(text) != text:
+            report.longrepr = printable(text)
+
+
 @pytest.fixture
 def make_old() -> Callable[[Path], None]:
     """Turns a store folder into one written before text indexes (schema 1: no FTS table, no
