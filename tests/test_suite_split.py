@@ -23,6 +23,15 @@ def test_{n}(request):
 """
 
 
+ODD_NAME = """
+import logging, os
+
+def test_logs_a_file_name_of_non_utf8_bytes():
+    logging.getLogger("stand-in").warning("opened %s", os.fsdecode(b"ind\\xe9x"))
+    print(os.fsdecode(b"ind\\xe9x"))
+"""
+
+
 def _module(tests: int) -> str:
     return "\n".join(RECORD.format(n=n) for n in range(tests))
 
@@ -42,6 +51,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[str, 
     modules |= {f"test_m{i}.py": 2 for i in range(6)}
     for name, count in modules.items():
         (tests / name).write_text(_module(count))
+    # a captured log and output that UTF-8 cannot encode: xdist once stopped the whole run on it
+    (tests / "test_odd_name.py").write_text(ODD_NAME + _module(1))
+    modules["test_odd_name.py"] = 2
     env = {**os.environ, "SPLIT_LOG": str(log)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"]
     command += ["--dist", "loadfile", "-c", os.devnull, "--rootdir", str(root), str(tests)]
@@ -51,7 +63,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[str, 
     for record in sorted(log.iterdir()):
         worker, started = json.loads(record.read_text())
         by_module.setdefault(record.stem.rsplit("-", 1)[0] + ".py", []).append((worker, started))
-    assert set(by_module) == set(modules)
+    assert set(by_module) == set(modules)  # every module ran: no worker stopped
     return by_module
 
 
