@@ -465,6 +465,7 @@ class Indexer:
             touched[state.record.doc_id] = state
         for state in touched.values():
             state.record.complete = state.last_page >= (state.record.n_pages or 0)
+        self.assets.sync()
         self.store.add(records, documents=[s.record for s in touched.values()])
         report.pages_indexed += len(records)
         bar.advance(len(batch))
@@ -562,6 +563,7 @@ class Indexer:
                 for r in records
                 if self.store.document(r.doc_id) is None
             }
+            self.assets.sync()
             self.store.upsert(records, documents=list(documents.values()))
         return ids
 

@@ -26,7 +26,7 @@ from vrag_compress.defaults import (
     DEFAULT_IMAGE_MAX_SIDE,
     DEFAULT_RENDERER,
 )
-from vrag_compress.durable import atomic_write
+from vrag_compress.durable import atomic_write, fsync_folder
 from vrag_compress.encoders.base import PageEncoding
 from vrag_compress.ingest.pages import page_id as default_page_id
 
@@ -109,6 +109,19 @@ class PageAssets:
         self.quality = quality
         self.dpi = dpi
         self.renderer = renderer
+        self._unsynced: set[Path] = set()  # folders holding files renamed since `sync`
+
+    def sync(self) -> None:
+        """Make the files saved since the last call survive a power loss: one fsync per folder
+        they went to, not one per file. The writer calls it before committing the pages that
+        name them, so a committed row never points at an image a crash took back."""
+        for folder in sorted(self._unsynced):
+            fsync_folder(folder)
+        self._unsynced.clear()
+
+    def _write(self, path: Path, write: Any) -> None:
+        atomic_write(path, write, sync_folder=False)
+        self._unsynced.add(path.parent)
 
     def prepare(self, image: Image.Image) -> StoredImage:
         """The file this index keeps for a page image (downsized, encoded) and the page's size.
@@ -139,7 +152,7 @@ class PageAssets:
             / f"{page_stem(doc_id, page_no, page_id)}.{self.format}"
         )
         data = image.data
-        atomic_write(self.root / relative, lambda f: f.write(data))
+        self._write(self.root / relative, lambda f: f.write(data))
         return relative.as_posix()
 
     def image_path(self, ref: str | None) -> Path | None:
@@ -197,7 +210,7 @@ class PageAssets:
             arrays["kept"] = np.asarray(compressed.kept, dtype=np.int32)
         if compressed.assignment is not None:
             arrays["assignment"] = np.asarray(compressed.assignment, dtype=np.int32)
-        atomic_write(self._layout_path(doc_id, page_no, page_id), lambda f: np.savez(f, **arrays))
+        self._write(self._layout_path(doc_id, page_no, page_id), lambda f: np.savez(f, **arrays))
 
     def _layout_path(self, doc_id: str, page_no: int, page_id: str | None = None) -> Path:
         stem = page_stem(doc_id, page_no, page_id)
