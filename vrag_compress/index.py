@@ -268,7 +268,7 @@ class VisualIndex:
         `image_max_side`, `dtype` ("auto", "fp32", "bf16") and `speedup` ("none", "int8":
         dynamic int8 linear layers on the CPU), which trade a little precision for Col*
         encoding speed and are used again whenever the index loads its encoder (`vrag bench
-        encode` measures them), `codes` ("none", "4bit", "2bit": the residual codes the
+        encode` measures them), `codes` ("none", "4bit", "2bit", "1bit": the residual codes the
         candidate index keeps per vector) and `fp16`. By default (both None) the embedded store
         picks its layout by size: fp16 rows while small, `codes` (4bit unless given) once it
         holds enough vectors for its candidate index (store/local/layout.py; ``codes="none"`` keeps

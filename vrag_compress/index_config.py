@@ -85,7 +85,7 @@ class IndexOptions:
     `VisualIndex.create`, `open_or_create` and `vrag index` pass whole.
 
     ``dtype`` ("auto", "fp32", "bf16") and ``speedup`` ("none", "int8") are the Col* loading
-    options; ``codes`` ("none", "4bit", "2bit") the residual codes of the candidate index;
+    options; ``codes`` ("none", "4bit", "2bit", "1bit") the residual codes of the candidate index;
     ``fp16`` True keeps fp16 rows for good, False only the codes (embedded store only); both
     None (the default) let the store pick its layout by size (store/local/layout.py)."""
 
@@ -131,7 +131,7 @@ class IndexConfig:
     package, so an index opened before that module is imported can say what to import.
     ``extra`` keeps keys this version does not know (written by newer code or by tools).
     ``codes`` are the residual codes the store's candidate index keeps per vector ("none",
-    "4bit", "2bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
+    "4bit", "2bit", "1bit"; set at creation or by ``vrag optimize INDEX --codes``); ``fp16`` False
     keeps no fp16 vectors at all (searches rerank the decoded codes); ``layout`` "auto" keeps
     fp16 rows while the index is small and switches to ``codes`` past a size (the default of a
     new index, store/local/layout.py), "fixed" keeps what ``fp16`` says.

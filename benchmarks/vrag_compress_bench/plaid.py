@@ -57,7 +57,9 @@ def bench_plaid(
     ),
     threads: int = typer.Option(2, "--threads", min=1, help="Threads for both engines."),
     nbits: int = typer.Option(4, "--nbits", help="fast-plaid's residual bits (its default 4)."),
-    codes: str = typer.Option("none", "--codes", help="Our residual codes: none, 4bit, 2bit."),
+    codes: str = typer.Option(
+        "none", "--codes", help="Our residual codes: none, 4bit, 2bit, 1bit."
+    ),
     fp16: bool = typer.Option(True, "--fp16/--no-fp16", help="Our store keeps fp16 vectors."),
     seed: int = typer.Option(0, "--seed"),
     workdir: Path | None = typer.Option(None, "--dir", help="Where to build both [tmp]."),
@@ -75,7 +77,7 @@ def bench_plaid(
     if nbits not in (1, 2, 4, 8):
         raise typer.BadParameter("use 1, 2, 4 or 8", param_hint="--nbits")
     if not fp16 and codes == "none":
-        raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
+        raise typer.BadParameter("needs --codes 4bit, 2bit or 1bit", param_hint="--no-fp16")
     pool, source = _pool(data_kind, source_dataset, 128, 1.0, None, seed)
     k_tokens = budget(tokens_full, ratio)
     root = scratch_dir("vrag-bench-plaid-", workdir)

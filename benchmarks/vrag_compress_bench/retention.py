@@ -26,9 +26,9 @@ def _parse_ratios(text: str) -> list[float]:
 
 def _parse_codes(text: str) -> list[str]:
     items = _split_list(text)
-    bad = [c for c in items if c not in ("fp16", "4bit", "2bit")]
+    bad = [c for c in items if c not in ("fp16", "4bit", "2bit", "1bit")]
     if bad or not items:
-        raise typer.BadParameter(f"--codes takes fp16, 4bit, 2bit; got {text!r}")
+        raise typer.BadParameter(f"--codes takes fp16, 4bit, 2bit, 1bit; got {text!r}")
     return items
 
 
@@ -137,7 +137,7 @@ def retention(
     cache_dir: Path | None = typer.Option(None, help="reuse corpus encodings across runs"),
     codes: str = typer.Option(
         "fp16",
-        help="how compressed vectors are stored when scored: fp16, 4bit, 2bit (centroid + "
+        help="how compressed vectors are stored when scored: fp16, 4bit, 2bit, 1bit (centroid + "
         "residual codes, decoded), space/comma separated",
     ),
     threads: int = typer.Option(2, help="torch CPU threads"),

@@ -95,13 +95,13 @@ def bench_store(
     codes: str | None = typer.Option(
         None,
         "--codes",
-        help="Residual codes kept by the candidate index: none, 4bit, 2bit "
+        help="Residual codes kept by the candidate index: none, 4bit, 2bit, 1bit "
         "[default: the store's layout by size].",
     ),
     fp16: bool | None = typer.Option(
         None,
         "--fp16/--no-fp16",
-        help="--no-fp16: the compressed store keeps only the --codes (4bit/2bit), no fp16 "
+        help="--no-fp16: the compressed store keeps only the --codes (4bit/2bit/1bit), no fp16 "
         "vectors; its exact and two-stage searches score the decoded vectors. --fp16 keeps fp16 "
         "vectors. Neither: the default layout by size (fp16 below 500,000 vectors, 4bit codes "
         "only from there; store/local/layout.py).",
@@ -167,10 +167,10 @@ def bench_store(
         raise typer.BadParameter("use embedded or qdrant-local", param_hint="--backend")
     if data_kind not in ("synthetic", "real", "skewed"):
         raise typer.BadParameter("use real, skewed or synthetic", param_hint="--data")
-    if codes not in (None, "none", "4bit", "2bit"):
-        raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
+    if codes not in (None, "none", "4bit", "2bit", "1bit"):
+        raise typer.BadParameter("use none, 4bit, 2bit or 1bit", param_hint="--codes")
     if fp16 is False and codes == "none":
-        raise typer.BadParameter("needs --codes 4bit or 2bit", param_hint="--no-fp16")
+        raise typer.BadParameter("needs --codes 4bit, 2bit or 1bit", param_hint="--no-fp16")
     codes, fp16, layout_rule = choose_layout(codes, fp16)
     pool, source = _pool(data_kind, source_dataset, dim, skew, cache_dir, seed)
     k_tokens = budget(tokens_full, ratio)

@@ -1,6 +1,6 @@
 """MaxSim straight from residual codes (`store/candidates/kernels.py`): the compiled kernel scores
 what numpy's decode-then-product scores, within the stated bound of not rounding through fp16,
-for 2- and 4-bit codes, base and tail parts, odd page and query lengths, on one thread or
+for 1-, 2- and 4-bit codes, base and tail parts, odd page and query lengths, on one thread or
 several; and a codes-only store past its fp32 cache answers through it exactly as one that
 decodes into the cache."""
 
@@ -27,7 +27,7 @@ def page(i: int) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-@pytest.mark.parametrize("nbits", [2, 4])
+@pytest.mark.parametrize("nbits", [1, 2, 4])
 def test_the_byte_table_holds_each_packed_bytes_bucket_means(nbits):
     rng = np.random.default_rng(nbits)
     weights = rng.normal(size=(DIM, 1 << nbits)).astype(np.float32)
@@ -41,7 +41,7 @@ def test_the_byte_table_holds_each_packed_bytes_bucket_means(nbits):
     assert table.shape == (DIM // per, 256, per)
 
 
-@pytest.fixture(scope="module", params=["2bit", "4bit"])
+@pytest.fixture(scope="module", params=["1bit", "2bit", "4bit"])
 def coded_store(request, tmp_path_factory):
     """A codes-only store with a trained base and, added after it, a tail part."""
     path = tmp_path_factory.mktemp(request.param) / "s"
@@ -189,7 +189,7 @@ def test_a_new_process_reads_the_compiled_kernels_from_the_cache(tmp_path):
     assert runs[1].stdout.strip() not in ("", "Counter()"), runs[1].stdout
 
 
-@pytest.mark.parametrize("nbits", [2, 4])
+@pytest.mark.parametrize("nbits", [1, 2, 4])
 def test_compiled_decode_is_the_codecs_decode_bit_for_bit(nbits):
     """Including values below fp16's smallest normal (2^-14), which round in steps of 2^-24."""
     from types import SimpleNamespace

@@ -409,7 +409,7 @@ def test_open_errors_lock_and_mismatch(tmp_path):
 def test_stores_without_fp16_need_the_embedded_backend(tmp_path):
     with pytest.raises(StoreInputError, match="needs the embedded store"):
         create_store(store_target(tmp_path, "qdrant"), config_for("embedded-codes"))
-    with pytest.raises(StoreInputError, match="set codes to 4bit or 2bit"):
+    with pytest.raises(StoreInputError, match="set codes to 4bit, 2bit or 1bit"):
         create_store(tmp_path / "s", {**CONFIG, "fp16": False})
     with create_store(tmp_path / "c", config_for("embedded-codes")) as store:
         with pytest.raises(StoreError, match="changes only through optimize"):

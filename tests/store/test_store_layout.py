@@ -100,7 +100,7 @@ def test_overrides_and_their_choice():
     assert choose_layout(None, False) == (AUTO_CODES, False, "fixed")
     assert choose_layout(None, None, embedded=False) == ("none", True, "fixed")
     for bad in (("none", False, True), (None, False, False)):
-        with pytest.raises(ValueError, match="needs codes 4bit or 2bit and the embedded store"):
+        with pytest.raises(ValueError, match="needs codes 4bit, 2bit or 1bit and the embedded"):
             choose_layout(bad[0], bad[1], embedded=bad[2])
 
 
@@ -143,7 +143,7 @@ def test_in_place_switch_to_codes_and_no_way_back(tmp_path):
         assert store.config["fp16"] is False and store.config["codes"] == "2bit"
         store.add(records(48, 50))
         assert not keeps_rows(store, path) and store.verify().ok
-        with pytest.raises(StoreError, match="4bit or 2bit"):
+        with pytest.raises(StoreError, match="4bit, 2bit or 1bit"):
             store.optimize(codes="none", fp16=False)
 
 

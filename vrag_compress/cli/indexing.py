@@ -105,7 +105,7 @@ def index(
     codes: str | None = typer.Option(
         None,
         "--codes",
-        help="Residual codes the candidate index keeps per vector: none, 4bit or 2bit "
+        help="Residual codes the candidate index keeps per vector: none, 4bit, 2bit or 1bit "
         "(new index only) [default: 4bit once the index is large, see --fp16].",
     ),
     fp16: bool | None = typer.Option(
@@ -159,10 +159,10 @@ def index(
     extra = parse_metadata(metadata)
     check_choice(renderer, RENDERERS, "--renderer")
     if codes is not None:
-        check_choice(codes, ("none", "4bit", "2bit"), "--codes")
+        check_choice(codes, ("none", "4bit", "2bit", "1bit"), "--codes")
     if fp16 is False and (codes == "none" or store is not None):
         raise typer.BadParameter(
-            "needs --codes 4bit or 2bit and the embedded store (no --store)",
+            "needs --codes 4bit, 2bit or 1bit and the embedded store (no --store)",
             param_hint="--no-fp16",
         )
     _check_model_name(model)

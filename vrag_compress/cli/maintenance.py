@@ -63,7 +63,7 @@ def optimize(
     codes: str | None = typer.Option(
         None,
         "--codes",
-        help="Residual codes kept per vector by the candidate index: none, 4bit or 2bit "
+        help="Residual codes kept per vector by the candidate index: none, 4bit, 2bit or 1bit "
         "[default: keep the index's setting].",
     ),
     fp16: bool | None = typer.Option(
@@ -96,8 +96,8 @@ def optimize(
     An index without fp16 vectors only compacts once its codes exist, unless it grew 4× since
     they were trained, --codes changes or --retrain asks. An index with the default layout
     switches to codes here once it holds 500,000 vectors."""
-    if codes is not None and codes not in ("none", "4bit", "2bit"):
-        raise typer.BadParameter("use none, 4bit or 2bit", param_hint="--codes")
+    if codes is not None and codes not in ("none", "4bit", "2bit", "1bit"):
+        raise typer.BadParameter("use none, 4bit, 2bit or 1bit", param_hint="--codes")
     from vrag_compress.index import VisualIndexError
     from vrag_compress.store import StoreError
 

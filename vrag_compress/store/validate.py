@@ -172,21 +172,22 @@ def check_config(config: Any) -> dict[str, Any]:
 def check_layout(config: dict[str, Any]) -> None:
     """``codes``, ``fp16`` and ``layout`` of a config: a store without fp16 vectors, or one
     that switches to codes by size (``layout: "auto"``, store/local/layout.py), needs residual codes
-    (4bit or 2bit) and a dimension they pack evenly."""
+    (4bit, 2bit or 1bit) and a dimension they pack evenly."""
     codes = config.get("codes", "none")
-    if codes not in ("none", "4bit", "2bit"):
-        raise StoreInputError(f"config['codes'] must be none, 4bit or 2bit, got {codes!r}")
+    if codes not in ("none", "4bit", "2bit", "1bit"):
+        raise StoreInputError(f"config['codes'] must be none, 4bit, 2bit or 1bit, got {codes!r}")
     fp16 = config.get("fp16", True)
     if not isinstance(fp16, bool):
         raise StoreInputError(f"config['fp16'] must be true or false, got {fp16!r}")
-    per_byte = {"4bit": 2, "2bit": 4}.get(codes, 1)
+    per_byte = {"4bit": 2, "2bit": 4, "1bit": 8}.get(codes, 1)
     if config["dim"] % per_byte:
         raise StoreInputError(
             f"{codes} codes need a vector dimension divisible by {per_byte}, got {config['dim']}"
         )
     if not fp16 and codes == "none":
         raise StoreInputError(
-            "a store without fp16 vectors reranks on residual codes: set codes to 4bit or 2bit"
+            "a store without fp16 vectors reranks on residual codes: "
+            "set codes to 4bit, 2bit or 1bit"
         )
     layout = config.get("layout")
     if layout not in (None, "auto", "fixed"):
@@ -194,7 +195,7 @@ def check_layout(config: dict[str, Any]) -> None:
     if layout == "auto" and codes == "none":
         raise StoreInputError(
             "the auto layout turns fp16 rows into residual codes past a size: set codes to "
-            "4bit or 2bit"
+            "4bit, 2bit or 1bit"
         )
 
 

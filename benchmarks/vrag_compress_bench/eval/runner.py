@@ -339,7 +339,7 @@ def run_retention(
     ``keep_kept(label, ratio, compressed_pages)`` lets a caller inspect what each method kept;
     ``keep_scores(name, scored, eval_query_ids)`` gets every score matrix ("uncompressed",
     then ``method@ratio``, with ``/code`` unless fp16).
-    ``codes`` scores the compressed vectors as stored: fp16, or centroid + 4/2-bit residual
+    ``codes`` scores the compressed vectors as stored: fp16, or centroid + 4/2/1-bit residual
     codes decoded (one result row per code, with the bytes stored per token).
     """
     specs = [MethodSpec.parse(m) for m in methods]

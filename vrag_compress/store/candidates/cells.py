@@ -29,7 +29,7 @@ MIN_K = 1024
 K_PER_SQRT_T = 4
 MAX_K = 65536
 MIN_POINTS_PER_CENTROID = 32  # below this k-means cells are noise: tiny collections get fewer
-CODES = ("none", "4bit", "2bit")
+CODES = ("none", "4bit", "2bit", "1bit")
 RETRAIN_GROWTH = 4
 TRAIN_POINTS_PER_CENTROID = 40
 HEAVY_CELL_CAP = 8.0  # a cell holding over 8x the mean share of tokens is split
@@ -89,8 +89,8 @@ def code_dtype(k: int) -> np.dtype:
 
 def code_bytes_per_token(dim: int, codes: str) -> int:
     """Bytes one token takes as codes: its centroid id (uint16) plus ``dim`` residuals at
-    4 or 2 bits ("none": the id only)."""
-    nbits = {"4bit": 4, "2bit": 2}.get(codes, 0)
+    4, 2 or 1 bits ("none": the id only)."""
+    nbits = {"4bit": 4, "2bit": 2, "1bit": 1}.get(codes, 0)
     return code_dtype(MAX_K).itemsize + dim * nbits // 8
 
 

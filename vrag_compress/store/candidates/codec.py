@@ -1,5 +1,5 @@
 """Residual codes (PLAID-style): each token kept as its centroid id plus its residual to that
-centroid quantised per dimension to 4 or 2 bits (per-dimension quantile buckets, each decoded to
+centroid quantised per dimension to 4, 2 or 1 bits (per-dimension quantile buckets, each decoded to
 the mean of its bucket), so vectors can be rebuilt approximately for the rerank without fp16
 copies. The compiled decode of the same packing is `kernels.decode_rows`.
 """
@@ -26,8 +26,8 @@ class ResidualCodec:
     @classmethod
     def fit(cls, residuals: np.ndarray, nbits: int) -> ResidualCodec:
         """Buckets of equal mass per dimension, each decoded to the mean residual inside it."""
-        if nbits not in (2, 4):
-            raise ValueError(f"residual codes need 2 or 4 bits, got {nbits}")
+        if nbits not in (1, 2, 4):
+            raise ValueError(f"residual codes need 1, 2 or 4 bits, got {nbits}")
         r = np.asarray(residuals, dtype=np.float32)
         if r.ndim != 2 or len(r) == 0 or r.shape[1] % (8 // nbits):
             raise ValueError(
@@ -73,14 +73,14 @@ class ResidualCodec:
 
 def code_roundtrip(tokens: np.ndarray, codes: str, *, seed: int = 0) -> tuple[np.ndarray, float]:
     """What a store keeping only centroid + residual codes would rerank with: the tokens after
-    encoding with ``codes`` ("4bit"/"2bit"; "fp16" rounds to half precision), and the bytes
+    encoding with ``codes`` ("4bit"/"2bit"/"1bit"; "fp16" rounds to half precision), and the bytes
     stored per token."""
     x = np.asarray(tokens, dtype=np.float32)
     if codes == "fp16":
         return x.astype(np.float16).astype(np.float32), 2.0 * x.shape[1]
-    nbits = {"4bit": 4, "2bit": 2}.get(codes)
+    nbits = {"4bit": 4, "2bit": 2, "1bit": 1}.get(codes)
     if nbits is None:
-        raise ValueError(f"codes must be fp16, 4bit or 2bit, got {codes!r}")
+        raise ValueError(f"codes must be fp16, 4bit, 2bit or 1bit, got {codes!r}")
     k = choose_k(len(x))
     centroids = train_centroids(x[training_sample(len(x), k, seed=seed)], k, seed=seed)
     ids = assign(x, centroids)
@@ -93,7 +93,7 @@ def code_roundtrip(tokens: np.ndarray, codes: str, *, seed: int = 0) -> tuple[np
 def _bucketise(r: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
     """Bucket index per value: how many of its dimension's cutoffs it exceeds."""
     out = np.zeros(r.shape, dtype=np.uint8)
-    for j in range(cutoffs.shape[1]):  # 3 or 15 thresholds: a loop over levels, not tokens
+    for j in range(cutoffs.shape[1]):  # 1, 3 or 15 thresholds: a loop over levels, not tokens
         out += r > cutoffs[:, j]
     return out
 

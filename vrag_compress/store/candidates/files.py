@@ -5,14 +5,14 @@ its catalog and commits in the same transaction as the pages the files describe)
 
     centroids/
       c<id>-centroids.npy   [K, D] float32 unit centroids
-      c<id>-cutoffs.npy     [D, 2^b-1] residual bucket cutoffs   (only with 4bit/2bit codes)
+      c<id>-cutoffs.npy     [D, 2^b-1] residual bucket cutoffs   (only with 4bit/2bit/1bit codes)
       c<id>-weights.npy     [D, 2^b]   residual bucket values
       c<id2>-pids.npy       [P] int64  catalog page keys of the part's pages ("slots")
       c<id2>-bounds.npy     [P+1] int64 token offsets of each page in the part
       c<id2>-codes.npy      [T] uint16 centroid id of every token
       c<id2>-indptr.npy     [K+1] int64 ┐ per-centroid page lists (CSR) of the base part;
       c<id2>-lists.npy      [nnz] int32 ┘ appended (tail) parts are scored from their codes
-      c<id2>-resid.npy      [T, D·b/8] uint8 packed residuals    (only with 4bit/2bit codes)
+      c<id2>-resid.npy      [T, D·b/8] uint8 packed residuals    (only with 4bit/2bit/1bit codes)
 
 ``<id>`` is random (never reused). Files are written to a temporary name, fsync'ed and renamed
 before the catalog commit that references them, and never modified: an append writes a new
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 INDEX_DIR = "centroids"
 FORMAT = 1
-NBITS = {"none": 0, "4bit": 4, "2bit": 2}
+NBITS = {"none": 0, "4bit": 4, "2bit": 2, "1bit": 1}
 _CRC_CHUNK = 1 << 26
 MERGE_TAIL_FRACTION = 0.25  # merge tails into the base past this share of its tokens ...
 MERGE_MAX_TAILS = 64  # ... or this many tail parts

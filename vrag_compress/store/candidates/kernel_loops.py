@@ -32,8 +32,8 @@ def decode_token(row, index, out):
 @JIT
 def unpack_residual(packed, table, out):
     """A token's packed residual bytes into its float32 residual ``out``: each byte's 2 (4-bit
-    codes) or 4 (2-bit) bucket means from the byte table. Written out per width: a loop over
-    a width known only at run time, or a row view of the table per byte, made this 2.6x
+    codes), 4 (2-bit) or 8 (1-bit) bucket means from the byte table. Written out per width: a
+    loop over a width known only at run time, or a row view of the table per byte, made this 2.6x
     slower (the decode was 60% of the rerank kernel's time)."""
     n_bytes, _, per = table.shape
     if per == 2:
@@ -48,6 +48,11 @@ def unpack_residual(packed, table, out):
             out[4 * j + 1] = table[j, byte, 1]
             out[4 * j + 2] = table[j, byte, 2]
             out[4 * j + 3] = table[j, byte, 3]
+    elif per == 8:
+        for j in range(n_bytes):
+            byte = packed[j]
+            for i in range(8):
+                out[8 * j + i] = table[j, byte, i]
     else:
         for j in range(n_bytes):
             for i in range(per):

@@ -85,13 +85,13 @@ def choose_layout(
     """``(codes, fp16, rule)`` of a new index from what the user asked (None: not asked):
     neither -> auto with `AUTO_CODES`; ``codes="none"`` or ``fp16=True`` -> fp16 rows for good;
     ``fp16=False`` -> codes only. A Qdrant store holds full vectors: always fixed fp16."""
-    if codes is not None and codes not in ("none", "4bit", "2bit"):
-        raise ValueError(f"codes must be none, 4bit or 2bit, got {codes!r}")
+    if codes is not None and codes not in ("none", "4bit", "2bit", "1bit"):
+        raise ValueError(f"codes must be none, 4bit, 2bit or 1bit, got {codes!r}")
     if fp16 is False:
         if not embedded or codes == "none":
             raise ValueError(
-                "fp16=False keeps the vectors only as residual codes: it needs codes 4bit or "
-                f"2bit and the embedded store (got codes={codes!r}"
+                "fp16=False keeps the vectors only as residual codes: it needs codes 4bit, "
+                f"2bit or 1bit and the embedded store (got codes={codes!r}"
                 + ("" if embedded else ", a remote store")
                 + ")"
             )

@@ -502,8 +502,8 @@ class LocalStore(MultiVectorStore):
         fp16: bool | None = None,
     ) -> dict[str, Any]:
         """Compact, then (re)train the centroid-code candidate index on every live page and
-        return its description. ``codes`` ("none", "4bit", "2bit") changes the residual codes
-        kept per token (recorded in the config). Readers keep searching meanwhile.
+        return its description. ``codes`` ("none", "4bit", "2bit", "1bit") changes the residual
+        codes kept per token (recorded in the config). Readers keep searching meanwhile.
 
         ``fp16=False`` switches a store that keeps fp16 rows to codes only, in place (the
         training's one commit drops the rows; see store/local/layout.py); an auto-layout store does
@@ -568,7 +568,7 @@ class LocalStore(MultiVectorStore):
         if codes == "none":
             raise StoreError(
                 f"{self.root}: a store without fp16 vectors searches its residual codes: "
-                "use codes 4bit or 2bit"
+                "use codes 4bit, 2bit or 1bit"
             )
         new = layout.codes_only(self._meta["config"], codes)
         try:
