@@ -43,7 +43,10 @@ RAY = str(Path(sys.executable).with_name("ray"))
 MODEL = "tiny-colqwen2"
 GOOD = ["edge/multi_page.pdf", "icdar2013/eu-005.pdf", "icdar2013/eu-006.pdf"]
 BAD = "edge/unreadablemetadata.pdf"  # the driver cannot open it
-LONG = ["icdar2013/eu-004.pdf", "icdar2013/us-017.pdf"]  # 22 pages
+LONG = ["icdar2013/eu-006.pdf", "icdar2013/us-017.pdf"]
+LONG_PAGES = 10  # 5 batches of 2: a run killed at its first commit is mid-run
+LONGER = ["icdar2013/eu-004.pdf", "icdar2013/us-017.pdf"]  # 22 pages: never indexed whole
+STALL_S = 8  # --ray-timeout of the hung-worker test: more than one batch takes on a busy machine
 QUERIES = ["total revenue by region", "background checks", "table of contents"]
 
 
@@ -284,13 +287,15 @@ def test_a_ray_built_store_is_the_single_process_store(
 def test_a_ray_run_writes_straight_to_a_qdrant_store(
     cluster: Cluster, folder: Path, local_store: tuple[Path, dict], tmp_path: Path
 ) -> None:
-    """`--ray --store qdrant://...`: the driver commits to Qdrant (local mode here: no server)."""
+    """`--ray --store qdrant://...`: the driver commits to Qdrant (local mode here: no server).
+    One actor: what is checked is the driver's side (the test above spreads over both nodes)."""
     pytest.importorskip("qdrant_client")
     store = f"qdrant+local://{tmp_path / 'q'}?collection=docs"
     with VisualIndex.create(
         tmp_path / "index", model=MODEL, batch_size=2, device="cpu", store=store
     ) as index:
-        report = index.add(folder, progress=False, ray=RayOptions(address=cluster.address))
+        ray = RayOptions(address=cluster.address, actors=1)
+        report = index.add(folder, progress=False, ray=ray)
         assert report.pages_indexed == index.store.count() == 12
     assert sorted(_pages(tmp_path / "index")) == sorted(_pages(local_store[0]))
     assert _top5(tmp_path / "index") == _top5(local_store[0])
@@ -311,12 +316,22 @@ def test_missing_ray_is_one_line_naming_the_extra(
     assert not (tmp_path / "i").exists()
 
 
-@pytest.fixture(scope="module")
-def long_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    target = tmp_path_factory.mktemp("long")
-    for name in LONG:
+def _copies(target: Path, names: list[str], shared_data: Path) -> Path:
+    for name in names:
         shutil.copy(shared_data / "pdfs" / name, target / Path(name).name)
     return target
+
+
+@pytest.fixture(scope="module")
+def long_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    return _copies(tmp_path_factory.mktemp("long"), LONG, shared_data)
+
+
+@pytest.fixture(scope="module")
+def longer_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """More batches than the actors can finish while the test stops them (in a run that
+    never indexes the rest, pages cost nothing)."""
+    return _copies(tmp_path_factory.mktemp("longer"), LONGER, shared_data)
 
 
 def _cli_index(cluster: Cluster, folder: Path, index: Path, *options: str) -> subprocess.Popen[str]:
@@ -357,11 +372,11 @@ def test_a_killed_driver_resumes_like_a_single_process_run(
     driver.kill()  # SIGKILL: no cleanup of any kind
     driver.communicate()
     committed = _committed(index)
-    assert 0 < committed < 22
+    assert 0 < committed < LONG_PAGES
     with VisualIndex.open(index) as resumed:
         report = resumed.add(long_folder, progress=False, ray=RayOptions(address=cluster.address))
-    assert report.pages_indexed == 22 - committed and report.failures == []
-    assert _whole_and_verified(index) == 22
+    assert report.pages_indexed == LONG_PAGES - committed and report.failures == []
+    assert _whole_and_verified(index) == LONG_PAGES
 
 
 def _actor_pids(cluster: Cluster) -> list[int]:
@@ -382,13 +397,13 @@ def _actor_pids(cluster: Cluster) -> list[int]:
 
 
 def test_a_hung_worker_stops_the_run_with_an_error_not_a_hang(
-    cluster: Cluster, long_folder: Path, tmp_path: Path
+    cluster: Cluster, longer_folder: Path, tmp_path: Path
 ) -> None:
     """Every actor SIGSTOPped after the first commit: the driver used to wait for ever; with
     --ray-timeout it stops, says why on stderr and in the --json output, and what was committed
     stays (the same command resumes once the cluster is healthy)."""
     index = tmp_path / "index"
-    driver = _cli_index(cluster, long_folder, index, "--ray-timeout", "20")
+    driver = _cli_index(cluster, longer_folder, index, "--ray-timeout", str(STALL_S))
     _wait_for_commit(driver, index)
     stopped = _actor_pids(cluster)
     assert stopped
@@ -437,7 +452,9 @@ def test_a_worker_node_killed_mid_run_loses_and_duplicates_nothing(
     at_kill = _committed(index)
     stdout, stderr = driver.communicate(timeout=300)
     assert driver.returncode == 0, stderr
-    assert at_kill < 22 and "runs again" in stderr  # killed mid-run; its batches were redone
+    assert (
+        at_kill < LONG_PAGES and "runs again" in stderr
+    )  # killed mid-run; its batches were redone
     report = json.loads(stdout)
-    assert report["pages_indexed"] == 22 and report["failures"] == []
-    assert _whole_and_verified(index) == 22
+    assert report["pages_indexed"] == LONG_PAGES and report["failures"] == []
+    assert _whole_and_verified(index) == LONG_PAGES

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.index.test_distributed import LONG, MODEL, RAY, _committed, _env, _free_port
+from tests.index.test_distributed import LONG, LONG_PAGES, MODEL, RAY, _committed, _env, _free_port
 from tests.index.test_distributed import _whole_and_verified as whole_and_verified
 from vrag_compress.index import VisualIndex
 
@@ -139,7 +139,7 @@ def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
     assert "run the same command again to resume" in line and "Traceback" not in stderr
     assert json.loads(stdout) == {"index": str(index), "error": line.removeprefix("error: ")}
     committed = _committed(index)
-    assert 0 < committed < 22
+    assert 0 < committed < LONG_PAGES
     counts = COUNTS.search(line)
     assert counts is not None, line
     said, writing = int(counts[1]), int(counts[3] or 0)
@@ -152,8 +152,8 @@ def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
     again = subprocess.run(command, env=heads.env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
-    assert report["pages_indexed"] == 22 - committed and report["failures"] == []
-    assert whole_and_verified(index) == 22
+    assert report["pages_indexed"] == LONG_PAGES - committed and report["failures"] == []
+    assert whole_and_verified(index) == LONG_PAGES
 
 
 def _dying_driver(json_report: dict | None, gcs: str, then: str = "os._exit(1)") -> list[str]:

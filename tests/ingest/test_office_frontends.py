@@ -74,10 +74,12 @@ RAY_DECK = """
 import json, sys
 from pathlib import Path
 from vrag_compress import VisualIndex
+from vrag_compress.distributed import RayOptions
 
 deck, folder = Path(sys.argv[1]), Path(sys.argv[2])
 with VisualIndex.create(folder / "idx", model="minilm") as index:
-    report = index.add([deck], progress=False, ray="local", ocr="never")
+    ray = RayOptions(address="local", actors=1)  # one actor process is enough for 3 pages
+    report = index.add([deck], progress=False, ray=ray, ocr="never")
     hit = index.search("ocelot rhubarb", k=1)[0]
 print(json.dumps({"report": report.to_dict(), "page": hit.page_no, "source": hit.source}))
 """
