@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +45,11 @@ FAMILIES = ["tiny-colsmol", "tiny-colpali", "tiny-colqwen2"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private model cache: tiny checkpoints and their exports."""
-    root = tmp_path_factory.mktemp("onnx-col")
+def cache(
+    tmp_path_factory: pytest.TempPathFactory, private_cache: Callable[[Path], Path]
+) -> Iterator[Path]:
+    """A private model cache for the exports (its tiny checkpoints are the shared ones)."""
+    root = private_cache(tmp_path_factory.mktemp("onnx-col"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VRAG_CACHE_DIR", str(root))
         yield root
@@ -164,17 +166,29 @@ def _tiny_colsmol(dtype: object, max_visual_tokens: int | None) -> tuple[object,
 
 
 def test_bench_onnx_arch_builds_indexes_exports_and_compares(
-    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    private_cache: Callable[[Path], Path],
+    run_in_process: Callable[..., object],
 ) -> None:
-    """`--arch` on a tiny stand-in for colsmol-256m (the real size takes minutes)."""
+    """`--arch` on a tiny stand-in for colsmol-256m (the real size takes minutes).
+
+    Its `vrag export-onnx` and the fresh processes it times run in this process here (each
+    would import torch and load the model again); test_onnx_query's `bench onnx` test runs
+    the timed processes for real."""
+    from types import SimpleNamespace
+
     from typer.testing import CliRunner
 
     from vrag_compress.cli import app
     from vrag_compress_bench import encode_archs
+    from vrag_compress_bench import onnx as onnx_bench
 
     stand_in = encode_archs.RealArch("colsmol-256m", "vidore/colSmol-256M", "tiny", _tiny_colsmol)
     monkeypatch.setitem(encode_archs.ARCHS, "colsmol-256m", stand_in)
-    monkeypatch.setenv("VRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(onnx_bench, "subprocess", SimpleNamespace(run=run_in_process))
+    monkeypatch.setenv("VRAG_CACHE_DIR", str(private_cache(tmp_path / "cache")))
     report = tmp_path / "onnx.json"
     args = ["bench", "onnx", "--arch", "colsmol-256m", "--random-weights", "--work", tmp_path]
     args += ["--pages", 10, "--queries", 3, "--starts", 1, "--json", report]
