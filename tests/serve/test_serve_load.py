@@ -39,9 +39,13 @@ def test_bench_serve_reports_one_and_n_clients(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_serve_times_searches_during_an_upload(tmp_path):
+def test_bench_serve_times_searches_during_an_upload(tmp_path, shared_data):
+    """Uploads of a PDF with a text layer: the default image-only pages would be OCRed by the
+    server (tens of seconds a page on a busy machine); they are checked on their own below."""
+    pdf = shared_data / "pdfs" / "icdar2013" / "eu-006.pdf"  # 3 pages
     args = ["bench", "serve", "--pages", "30", "--clients", "2", "--searches", "6", "-k", "3"]
-    args += ["--during-upload", "--upload-pages", "3", "--dir", str(tmp_path), "--json"]
+    args += ["--during-upload", "--upload-pages", "3", "--upload-pdf", str(pdf)]
+    args += ["--dir", str(tmp_path), "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout[result.stdout.index("{") :])
@@ -52,3 +56,18 @@ def test_bench_serve_times_searches_during_an_upload(tmp_path):
     assert busy["p50_ratio_to_idle"] == pytest.approx(
         busy["p50_ms"] / report["one_client"]["p50_ms"], abs=0.01
     )
+
+
+def test_the_default_uploads_are_new_image_only_pages(tmp_path):
+    """What `--during-upload` sends without `--upload-pdf`: generated pages without a text
+    layer (the server OCRs them, as it would scans), each upload a new file."""
+    from pypdf import PdfReader
+
+    from vrag_compress_bench.serve import generated_pdf, upload_copy
+
+    source = generated_pdf(tmp_path / "generated.pdf", 2, seed=0)
+    first = upload_copy(source, tmp_path / "upload-0.pdf", 3, 0)
+    second = upload_copy(source, tmp_path / "upload-1.pdf", 3, 1)
+    pages = PdfReader(first).pages
+    assert len(pages) == 3 and all(not page.extract_text().strip() for page in pages)
+    assert first.read_bytes() != second.read_bytes()

@@ -36,7 +36,7 @@ def by_role(base: str, path: str, **params: str) -> dict[bool, dict]:
 
 @pytest.mark.slow
 def test_two_workers_share_one_index_and_see_each_others_writes(shared_data, tmp_path):
-    pdf = shared_data / "pdfs" / "edge" / "multi_page.pdf"
+    pdf = shared_data / "pdfs" / "icdar2013" / "eu-005.pdf"  # 2 pages: a search returns both
     index_dir = tmp_path / "workers.vrag"
     port, log = free_port(), tmp_path / "server.log"
     base = f"http://127.0.0.1:{port}"
