@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -21,36 +22,39 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("startup") / "idx"
-    pdf = shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf"
-    args = ["index", str(pdf), "--index", str(path), "--model", "tiny-colqwen2", "--ocr", "never"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return path
+def index_dir(law_index: Path) -> Path:
+    """The session's tiny-model index of the court transcript (read here, never written: the
+    delete runs on a copy)."""
+    return law_index
 
 
-def imports_of(*args: str | Path) -> tuple[set[str], str]:
+def imports_of(*args: str | Path) -> tuple[frozenset[str], str]:
     """Every module one `python -m vrag_compress ARGS` process imports, and its stdout. Queries
-    are encoded with torch even where an ONNX export of the model sits in the user's cache."""
+    are encoded with torch even where an ONNX export of the model sits in the user's cache.
+    Run once per argument list (``--version`` and ``--help`` are checked by several tests)."""
+    return _imports_of(tuple(map(str, args)))
+
+
+@functools.cache
+def _imports_of(args: tuple[str, ...]) -> tuple[frozenset[str], str]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
         "VRAG_QUERY_BACKEND": "torch",
     }
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "vrag_compress", *map(str, args)],
+        [sys.executable, "-X", "importtime", "-m", "vrag_compress", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = {
+    imported = frozenset(
         line.rsplit("|", 1)[1].strip()
         for line in done.stderr.splitlines()
         if line.startswith("import time:") and line.count("|") == 2
-    }
+    )
     return imported, done.stdout
 
 
@@ -96,7 +100,7 @@ def test_a_visual_search_does_import_the_model(index_dir: Path):
     )
 
 
-def benchmark_modules(imported: set[str]) -> set[str]:
+def benchmark_modules(imported: frozenset[str]) -> set[str]:
     """The benchmark modules among ``imported`` (their distribution's package, or the package
     they lived in inside the library before they became one)."""
     return {

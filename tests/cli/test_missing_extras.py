@@ -19,36 +19,67 @@ from vrag_compress.cli import app
 from vrag_compress.extras import EXTRA_OF_MODULE
 
 DRIVER = """
-import contextlib, importlib.abc, io, json, sys
+import contextlib, importlib.abc, importlib.util, io, json, os, sys
+from pathlib import Path
 
-blocked = set(sys.argv[1].split(","))
+jobs = json.loads(sys.argv[1])  # extra -> {"modules": [...], "argvs": [...], "out": file}
+package = Path(importlib.util.find_spec("vrag_compress").origin).parent  # not imported
+compat = importlib.util.spec_from_file_location("preload_compat", package / "compat.py")
+compat.loader.exec_module(importlib.util.module_from_spec(compat))  # before transformers
+for heavy in ("torch", "transformers", "colpali_engine"):  # what every child would import again
+    __import__(heavy)
+preloaded = sorted(m for m in sys.modules if m.split(".")[0] in
+                   {b for job in jobs.values() for b in job["modules"]} | {"vrag_compress"})
+assert not preloaded, f"preloaded before an extra is refused: {preloaded}"
 
 
 class Refuse(importlib.abc.MetaPathFinder):
+    def __init__(self, blocked):
+        self.blocked = blocked
+
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in blocked:
+        if name.split(".")[0] in self.blocked:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
 
-sys.meta_path.insert(0, Refuse())
-from vrag_compress.cli import main
+def run(job):
+    sys.meta_path.insert(0, Refuse(set(job["modules"])))
+    from vrag_compress.cli import main
 
-results = []
-for argv in json.loads(sys.argv[2]):
-    sys.argv = ["vrag", *argv]
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+    results = []
+    for argv in job["argvs"]:
+        sys.argv = ["vrag", *argv]
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main()
+                code = 0
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else 1
+            except BaseException as error:  # what a user would see as a traceback
+                code, stderr = -1, io.StringIO(f"Traceback: {type(error).__name__}: {error}")
+        results.append({"argv": argv, "code": code, "stderr": stderr.getvalue()})
+    with open(job["out"], "w") as out:
+        json.dump(results, out)
+
+
+for job in jobs.values():  # one child per extra, forked before vrag_compress is imported
+    pid = os.fork()
+    if pid == 0:
         try:
-            main()
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException as error:  # what a user would see as a traceback
-            code, stderr = -1, io.StringIO(f"Traceback: {type(error).__name__}: {error}")
-    results.append({"argv": argv, "code": code, "stderr": stderr.getvalue()})
-print(json.dumps(results))
+            run(job)
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(0)
+    os.waitpid(pid, 0)
 """
+"""Refuses the modules of an extra, then runs `vrag` commands through `cli.main` and writes
+their exit codes and stderr. One child process per extra, each forked from a parent that
+imported torch and transformers once (none of the refused modules, nor vrag_compress: each
+child imports the CLI itself behind the refusing hook, as a fresh interpreter would)."""
+
+EXTRAS = sorted(set(EXTRA_OF_MODULE.values()))
 
 
 def _commands(index: Path, pdf: Path, work: Path) -> list[tuple[list[str], str | None]]:
@@ -79,6 +110,8 @@ def _commands(index: Path, pdf: Path, work: Path) -> list[tuple[list[str], str |
 
 @pytest.fixture(scope="module")
 def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An index of a 5-page PDF (``estimate --sample 2`` samples two of its pages), and a
+    one-page PDF for the `index` commands."""
     folder = tmp_path_factory.mktemp("docs")
     pdf = folder / "report.pdf"
     shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", pdf)  # 5 pages
@@ -87,30 +120,55 @@ def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> t
         app, ["index", str(pdf), "--index", str(index), "--model", "tiny-colqwen2"]
     )
     assert result.exit_code == 0, result.output
-    return index, pdf
+    page = folder / "page.pdf"
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", page)
+    return index, page
 
 
-@pytest.mark.slow  # a tiny model, one interpreter per extra
-@pytest.mark.parametrize("extra", sorted(set(EXTRA_OF_MODULE.values())))
-def test_every_command_with_an_extra_missing(
-    extra: str, tiny_index: tuple[Path, Path], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def every_extra_missing(
+    tiny_index: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[list[tuple[list[str], str | None]], list[dict] | str]]:
+    """extra -> (the commands run without it, their results), or the driver's stderr where a
+    child wrote no results: one `DRIVER` run for all extras."""
     index, pdf = tiny_index
-    modules = sorted(m for m, e in EXTRA_OF_MODULE.items() if e == extra)
-    table = [
-        (argv, needs)
-        for argv, needs in _commands(index, pdf, tmp_path)
-        if needs is None or needs == extra
-    ]
+    tables, jobs = {}, {}
+    for extra in EXTRAS:
+        work = tmp_path_factory.mktemp(f"without-{extra}")
+        tables[extra] = [
+            (argv, needs)
+            for argv, needs in _commands(index, pdf, work)
+            if needs is None or needs == extra
+        ]
+        jobs[extra] = {
+            "modules": sorted(m for m, e in EXTRA_OF_MODULE.items() if e == extra),
+            "argvs": [a for a, _ in tables[extra]],
+            "out": str(work / "results.json"),
+        }
     run = subprocess.run(
-        [sys.executable, "-c", DRIVER, ",".join(modules), json.dumps([a for a, _ in table])],
+        [sys.executable, "-c", DRIVER, json.dumps(jobs)],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    for (argv, needs), result in zip(table, json.loads(run.stdout.splitlines()[-1]), strict=True):
+    found: dict[str, tuple[list[tuple[list[str], str | None]], list[dict] | str]] = {}
+    for extra, job in jobs.items():
+        out = Path(job["out"])
+        failed = f"exit {run.returncode}: {run.stderr[-3000:]}"
+        found[extra] = (tables[extra], json.loads(out.read_text()) if out.exists() else failed)
+    return found
+
+
+@pytest.mark.slow  # a tiny model, one process per extra
+@pytest.mark.parametrize("extra", EXTRAS)
+def test_every_command_with_an_extra_missing(
+    extra: str,
+    every_extra_missing: dict[str, tuple[list[tuple[list[str], str | None]], list[dict] | str]],
+) -> None:
+    table, results = every_extra_missing[extra]
+    assert isinstance(results, list), results
+    for (argv, needs), result in zip(table, results, strict=True):
         where = f"vrag {' '.join(argv)} without [{extra}]: {result}"
         assert "Traceback" not in result["stderr"], where
         if needs is None:

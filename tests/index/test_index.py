@@ -30,17 +30,40 @@ def page_count(path: Path) -> int:
         pdf.close()
 
 
+GOV_PDFS = (
+    "scotus-transcript-p1.pdf",
+    "nics-background-checks-2015-11.pdf",
+    "senate-expenditures.pdf",
+    "amt_handbook_sample.pdf",
+)
+"""The one-page real government PDFs (the 15- and 16-page ones would only add encoding time)."""
+ARXIV_IMAGES = 3
+"""ViDoRe page images indexed beside them (with the 5-page PDF: batches of 3 split a document)."""
+
+
 @pytest.fixture(scope="module")
 def gov_folder(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real government PDFs (copied to a temp folder so tests can modify the folder)."""
+    """Real government PDFs and a 5-page PDF (copied to a temp folder so tests can modify the
+    folder)."""
     folder = tmp_path_factory.mktemp("gov")
-    for pdf in (shared_data / "pdfs" / "gov").glob("*.pdf"):
-        shutil.copy(pdf, folder / pdf.name)
+    for name in GOV_PDFS:
+        shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi_page.pdf")
     return folder
 
 
 @pytest.fixture(scope="module")
-def colqwen_index(gov_folder: Path, shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
+def arxiv_folder(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("arxiv")
+    for image in sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[
+        :ARXIV_IMAGES
+    ]:
+        shutil.copy(image, folder / image.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def colqwen_index(gov_folder: Path, arxiv_folder: Path, tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("idx") / "gov.vrag"
     index = VisualIndex.create(
         path,
@@ -49,22 +72,19 @@ def colqwen_index(gov_folder: Path, shared_data: Path, tmp_path_factory: pytest.
         batch_size=3,
     )
     index.add([gov_folder], metadata={"collection": "gov"}, progress=False, ocr="never")
-    index.add(
-        shared_data / "vidore_arxivqa_sample" / "images",
-        metadata={"collection": "arxiv"},
-        progress=False,
-    )
+    index.add(arxiv_folder, metadata={"collection": "arxiv"}, progress=False)
     yield index
     index.close()
 
 
-def expected_pages(gov_folder: Path, shared_data: Path) -> int:
-    images = list((shared_data / "vidore_arxivqa_sample" / "images").iterdir())
+def expected_pages(gov_folder: Path, arxiv_folder: Path) -> int:
+    images = list(arxiv_folder.iterdir())
     return sum(page_count(p) for p in gov_folder.glob("*.pdf")) + len(images)
 
 
-def test_indexes_every_page_and_verifies(colqwen_index, gov_folder, shared_data):
-    assert colqwen_index.store.count() == expected_pages(gov_folder, shared_data)
+def test_indexes_every_page_and_verifies(colqwen_index, gov_folder, arxiv_folder):
+    assert expected_pages(gov_folder, arxiv_folder) == 12
+    assert colqwen_index.store.count() == expected_pages(gov_folder, arxiv_folder)
     assert all(d.complete for d in colqwen_index.documents())
     report = colqwen_index.verify()
     assert report.ok, report.problems
@@ -130,8 +150,12 @@ def test_changed_file_is_reindexed_and_old_version_removed(tmp_path, shared_data
 
 def test_reopen_delete_and_model_mismatch(tmp_path, shared_data):
     path = tmp_path / "arxiv.vrag"
+    images = tmp_path / "images"
+    images.mkdir()
+    for image in sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:3]:
+        shutil.copy(image, images / image.name)
     with VisualIndex.create(path, model="tiny-colpali", compressor="uot", ratio=0.2) as index:
-        index.add(shared_data / "vidore_arxivqa_sample" / "images", progress=False, ocr="never")
+        index.add(images, progress=False, ocr="never")
         total = index.store.count()
         some_doc = index.documents()[0].doc_id
     with pytest.raises(ModelMismatchError, match="tiny-colpali"):
@@ -176,9 +200,11 @@ index.add([sys.argv[2]], progress=False, ocr="never")
 def test_interrupted_indexing_resumes_without_duplicates(tmp_path, shared_data):
     folder = tmp_path / "docs"
     folder.mkdir()
-    for name in ("federal-register-2020-17221.pdf", "amt_handbook_sample.pdf"):
+    for name in ("nics-background-checks-2015-11.pdf", "amt_handbook_sample.pdf"):
         shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
+    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi_page.pdf")
     expected = sum(page_count(p) for p in folder.glob("*.pdf"))
+    assert expected == 7  # killed after 3 pages, with pages left to resume
     path = tmp_path / "resume.vrag"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     child = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(path), str(folder)], env=env)
