@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,7 +104,8 @@ class Cluster:
         if process.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n{output}")
 
-    def start(self) -> None:
+    def start_nodes(self) -> None:
+        """The two `ray start` runs (`start_in_background` runs them beside other work)."""
         self.start_node(
             "head",
             "--head",
@@ -119,6 +121,23 @@ class Cluster:
 
         self.address = f"{get_node_ip_address()}:{self.port}"
         self.start_node("worker", "--address", self.address)
+
+    def start_in_background(self) -> None:
+        def run() -> None:
+            try:
+                self.start_nodes()
+            except BaseException as error:  # raised again by `join`, in the test's thread
+                self.failed = error
+
+        self.failed: BaseException | None = None
+        self.starting = threading.Thread(target=run, daemon=True)
+        self.starting.start()
+
+    def join(self) -> None:
+        """Wait for the nodes, then join the cluster as a driver."""
+        self.starting.join()
+        if self.failed is not None:
+            raise RuntimeError("the Ray cluster did not start") from self.failed
         ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
         self.wait_for_nodes(2)
 
@@ -139,20 +158,27 @@ class Cluster:
                 pass
 
     def stop(self) -> None:
+        self.starting.join(timeout=300)  # a node started after this would be left running
         ray.shutdown()
         for name in ("worker", "head"):
             self.kill(name)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+@pytest.fixture(scope="module", autouse=True)
+def starting_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster | None]:
+    """The nodes start as the module begins, when one of its selected tests uses the cluster:
+    they come up while the first tests run and the reference store is built (`cluster`)."""
+    module = request.node.path
+    if not any(i.path == module and "cluster" in i.fixturenames for i in request.session.items):
+        yield None
+        return
     saved = {key: os.environ.get(key) for key in RAY_AUTH}
     os.environ.update(RAY_AUTH)  # this process joins the cluster as a driver too
     _reload_ray_config()
     running = Cluster()
     try:
-        running.start()
+        running.start_in_background()
         yield running
     finally:
         running.stop()
@@ -162,6 +188,15 @@ def cluster() -> Iterator[Cluster]:
             else:
                 os.environ[key] = value
         _reload_ray_config()
+
+
+@pytest.fixture(scope="module")
+def cluster(starting_cluster: Cluster | None, local_store: tuple[Path, dict]) -> Iterator[Cluster]:
+    """The running cluster, this process joined to it (after the reference store is built,
+    while the nodes start)."""
+    assert starting_cluster is not None
+    starting_cluster.join()
+    yield starting_cluster
 
 
 def _reload_ray_config() -> None:
@@ -373,8 +408,9 @@ def test_a_killed_driver_resumes_like_a_single_process_run(
     driver.communicate()
     committed = _committed(index)
     assert 0 < committed < LONG_PAGES
-    with VisualIndex.open(index) as resumed:
-        report = resumed.add(long_folder, progress=False, ray=RayOptions(address=cluster.address))
+    with VisualIndex.open(index) as resumed:  # one actor is enough for the pages left
+        ray = RayOptions(address=cluster.address, actors=1)
+        report = resumed.add(long_folder, progress=False, ray=ray)
     assert report.pages_indexed == LONG_PAGES - committed and report.failures == []
     assert _whole_and_verified(index) == LONG_PAGES
 
