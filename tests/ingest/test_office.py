@@ -14,9 +14,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -222,18 +224,29 @@ def test_sheets_and_rtf_pages(files: dict[str, Path]) -> None:
 @pytest.mark.slow
 @needs_soffice
 def test_old_binary_and_opendocument_kinds(files: dict[str, Path], tmp_path: Path) -> None:
-    made = {
-        ".odt": convert_with_soffice(files["docx"], ".odt", tmp_path),
-        ".doc": convert_with_soffice(files["docx"], ".doc", tmp_path),
-        ".odp": convert_with_soffice(files["pptx"], ".odp", tmp_path),
-        ".ppt": convert_with_soffice(files["pptx"], ".ppt", tmp_path),
-        ".ods": convert_with_soffice(files["xlsx"], ".ods", tmp_path),
-        ".xls": convert_with_soffice(files["xlsx"], ".xls", tmp_path),
-    }
+    """The six files are made, then converted by the library, all at once (each conversion is
+    a LibreOffice process of its own); their pages are then read one file at a time."""
+    sources = {".odt": "docx", ".doc": "docx", ".odp": "pptx", ".ppt": "pptx"}
+    sources |= {".ods": "xlsx", ".xls": "xlsx"}
+
+    def make(suffix: str) -> Path:
+        return convert_with_soffice(files[sources[suffix]], suffix, tmp_path / suffix[1:])
+
+    lock = threading.Lock()  # pdfium, which checks each PDF, is not thread-safe
+    check_pdf = office.check_pdf
+
+    def check_one_at_a_time(pdf: Path, limits: OfficeLimits) -> int:
+        with lock:
+            return check_pdf(pdf, limits)
+
+    with ThreadPoolExecutor(len(sources)) as pool, pytest.MonkeyPatch.context() as patch:
+        made = dict(zip(sources, pool.map(make, sources), strict=True))
+        patch.setattr(office, "check_pdf", check_one_at_a_time)
+        list(pool.map(lambda path: office.to_pdf(path, content_hash(path)), made.values()))
     expected = {".odt": DOCX_PAGES, ".doc": DOCX_PAGES, ".odp": SLIDES, ".ppt": SLIDES}
     expected |= {".ods": list(SHEETS.values()), ".xls": list(SHEETS.values())}
     for suffix, path in made.items():
-        pages = texts(path)
+        pages = texts(path)  # (from the conversion cache)
         assert len(pages) == len(expected[suffix]), (suffix, pages)
         for page_no, words in enumerate(expected[suffix], start=1):
             only_on(pages, words, page_no)
