@@ -9,12 +9,14 @@ inside an added folder are not processed). Everything then runs from the install
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -57,13 +59,18 @@ def _run(*args: object, cwd: Path | None = None, env: dict[str, str] | None = No
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels and sdists of every distribution, built from copies of the sources."""
+    """Wheels and sdists of every distribution, built from copies of the sources (the builds
+    run side by side: each is a few processes that mostly start Python and setuptools)."""
     out = tmp_path_factory.mktemp("dist")
     sources = tmp_path_factory.mktemp("src")
-    for project in PROJECTS:
+
+    def build(project: Path) -> str:
         copy = sources / project.name
         shutil.copytree(project, copy, ignore=NOT_SOURCE)
-        _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, copy)
+        return _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, copy)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(build, PROJECTS))
     return out
 
 
@@ -71,10 +78,20 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment with the seven wheels installed (no editable install)."""
     env_dir = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)  # this pip installs into it (no ensurepip)
     python = env_dir / "bin" / "python"
     wheels = sorted(dist.glob("*.whl"))
-    _run(python, "-m", "pip", "install", "--no-deps", "--no-index", *wheels)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-index",
+        *wheels,
+    )
     # only now the dependencies: pip must not see (and never touch) this checkout's installs
     site = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
     (Path(site) / "test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
@@ -102,30 +119,50 @@ def test_the_core_wheel_carries_what_an_index_expects(dist: Path) -> None:
     assert not any(f.startswith("vrag_compress_bench") for f in files)  # a wheel of its own
 
 
+INSTALLED_CHECKS = """
+import contextlib, io, json, runpy, sys
+import vrag_compress, vrag_compress_bench, langchain_vrag_compress
+import llama_index.readers.vrag_compress as r
+import llama_index.vector_stores.vrag_compress as v
+import llama_index.retrievers.vrag_compress as t
+import llama_index.postprocessor.vrag_compress as p
+files = [m.__file__ for m in (vrag_compress, vrag_compress_bench, langchain_vrag_compress,
+         r, v, t, p)]
+vrag, outputs = sys.argv[1], []
+for command in json.loads(sys.argv[2]):  # each through the installed `vrag` script
+    sys.argv = [vrag, *command]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(vrag, run_name="__main__")
+        except SystemExit as stop:
+            assert not stop.code, (command, stop.code, out.getvalue())
+    outputs.append(out.getvalue())
+print(json.dumps({"files": files, "outputs": outputs}))
+"""
+"""Imports the installed modules, then runs ``vrag`` commands (a JSON list of argument lists)
+through the installed script: one process for what would be several starts. Prints the modules'
+files and each command's output as JSON."""
+
+
 def test_installed_wheels_index_search_and_import(
     installed: Path, shared_data: Path, tmp_path: Path
 ) -> None:
     env = {**CLEAN_ENV, "HF_HUB_OFFLINE": "1"}
     vrag = installed / "bin" / "vrag"
     python = installed / "bin" / "python"
-    assert _run(vrag, "--version", env=env).strip()
-    where = _run(
-        python,
-        "-c",
-        "import vrag_compress, vrag_compress_bench, langchain_vrag_compress\n"
-        "import llama_index.readers.vrag_compress as r\n"
-        "import llama_index.vector_stores.vrag_compress as v\n"
-        "import llama_index.retrievers.vrag_compress as t\n"
-        "import llama_index.postprocessor.vrag_compress as p\n"
-        "print(*(m.__file__ for m in (vrag_compress, vrag_compress_bench, langchain_vrag_compress,"
-        " r, v, t, p)))",
-        cwd=tmp_path,
-        env=env,
-    )
-    assert all(str(installed) in path for path in where.split()), where
-    assert "  store " in _run(vrag, "bench", "--help", cwd=tmp_path, env=env)  # the entry point
+    assert _run(vrag, "--version", env=env).strip()  # a process of its own: no numpy loads
     pdf = shared_data / "pdfs" / "gov" / "senate-expenditures.pdf"
     index = tmp_path / "wheel.vrag"
-    _run(vrag, "index", pdf, "--index", index, "--model", "tiny-colpali", cwd=tmp_path, env=env)
-    found = _run(vrag, "search", index, "expenditures", "-k", "2", "--json", cwd=tmp_path, env=env)
+    commands = [
+        ["bench", "--help"],
+        ["index", pdf, "--index", index, "--model", "tiny-colpali"],
+        ["search", index, "expenditures", "-k", "2", "--json"],
+    ]
+    argument = json.dumps([list(map(str, command)) for command in commands])
+    out = _run(python, "-c", INSTALLED_CHECKS, vrag, argument, cwd=tmp_path, env=env)
+    done = json.loads(out.strip().splitlines()[-1])
+    assert all(str(installed) in path for path in done["files"]), done["files"]
+    bench_help, _, found = done["outputs"]
+    assert "  store " in bench_help  # the bench commands, through the entry point
     assert pdf.name in found
