@@ -8,9 +8,6 @@ our own text path and a direct transformers forward give for the same weights.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -177,24 +174,20 @@ def test_index_takes_a_multi_vector_encoder_and_reopens_it(
 def test_cli_indexes_and_searches_with_an_st_model(
     text_model: tuple[Path, Path], shared_data: Path, tmp_path: Path
 ) -> None:
+    """Both commands run in this process (a `vrag` process would import torch and Sentence
+    Transformers again for each)."""
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
     _, mve = text_model
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cli = [sys.executable, "-m", "vrag_compress"]
     index = tmp_path / "cli.vrag"
-    subprocess.run(
-        [*cli, "index", str(pdf), "--index", str(index), "--model", f"st:{mve}"],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    found = subprocess.run(
-        [*cli, "search", str(index), "background checks", "-k", "2", "--json"],
-        check=True,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    runner = CliRunner()
+    done = runner.invoke(app, ["index", str(pdf), "--index", str(index), "--model", f"st:{mve}"])
+    assert done.exit_code == 0, done.output
+    found = runner.invoke(app, ["search", str(index), "background checks", "-k", "2", "--json"])
+    assert found.exit_code == 0, found.output
     assert pdf.name in found.stdout
 
 
