@@ -54,14 +54,22 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
 
-def _migrate(src: Path, dst: str, report: Path) -> list[str]:
-    args = ["migrate", str(src), dst, "--batch", "1", "--verify-queries", "5"]
+def _migrate(src: Path, dst: str, report: Path, batch: int = 1) -> list[str]:
+    """The command; one page a batch (many commits) where a run is killed or resumed."""
+    args = ["migrate", str(src), dst, "--batch", str(batch), "--verify-queries", "5"]
     return [*args, "--json", str(report)]
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "vrag_compress", *args]
-    return subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    """A `vrag` command that is not killed, run in this process (the killed ones are real
+    processes): its exit status and what it wrote to stderr."""
+    from typer.testing import CliRunner
+
+    from vrag_compress.cli import app
+
+    done = CliRunner().invoke(app, args)
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
 
 
 def _committed(store: Path) -> int:
@@ -164,19 +172,19 @@ def test_a_store_the_migration_did_not_leave_unfinished_is_refused(tmp_path: Pat
     other = tmp_path / "other"
     with LocalStore.create(other, CONFIG) as store:
         store.add([PageRecord("x", "dx", 1, np.ones((2, 16), np.float32))])
-    refused = _run(_migrate(src, str(other), tmp_path / "r"))
+    refused = _run(_migrate(src, str(other), tmp_path / "r", batch=64))
     assert refused.returncode == 1
     assert "already exists and is not an empty directory" in " ".join(refused.stderr.split())
     with LocalStore.open(other, readonly=True) as store:
         assert store.page_ids() == ["x"]  # untouched
 
     dst = str(tmp_path / "dst")
-    assert _run(_migrate(src, dst, tmp_path / "r")).returncode == 0
-    finished = _run(_migrate(src, dst, tmp_path / "r"))
+    assert _run(_migrate(src, dst, tmp_path / "r", batch=64)).returncode == 0
+    finished = _run(_migrate(src, dst, tmp_path / "r", batch=64))
     assert finished.returncode == 1
     assert "already holds a finished migration" in " ".join(finished.stderr.split())
 
     elsewhere = _source(tmp_path / "elsewhere")
-    crossed = _run(_migrate(elsewhere, dst, tmp_path / "r"))
+    crossed = _run(_migrate(elsewhere, dst, tmp_path / "r", batch=64))
     assert crossed.returncode == 1
     assert f"a migration from {src.resolve()}" in " ".join(crossed.stderr.split())
