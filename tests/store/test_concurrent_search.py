@@ -215,7 +215,8 @@ def test_a_col_encoder_twin_shares_the_weights_and_encodes_beside_pages():
     encoder = load_encoder("tiny-colqwen2", device="cpu")
     twin = encoder.twin()
     assert twin.model is encoder.model and twin.processor is not encoder.processor
-    images = [Image.new("RGB", (112, 112), c) for c in ("white", "black", "red", "blue")]
+    # two pages: a batch about as long as the query run beside it, so the threads overlap throughout
+    images = [Image.new("RGB", (112, 112), c) for c in ("white", "red")]
     queries = [f"{w} annual budget" for w in WORDS]
     pages_alone = encoder.encode_pages(images, with_stats=True)
     queries_alone = twin.encode_queries(queries)
