@@ -427,6 +427,12 @@ def estimate(
     data = load_dataset_option(dataset)
     if data.kind != "text":
         raise typer.BadParameter("the estimate check needs a text corpus", param_hint="--dataset")
+    judged_count = len(data.judged_queries())
+    if judged_sample is not None and judged_sample > judged_count:  # before the corpus is encoded
+        raise typer.BadParameter(
+            f"{judged_sample} questions asked, the dataset has {judged_count} judged",
+            param_hint="--judged-sample",
+        )
     model = load_benchmark_encoder(encoder, data.kind, num_threads=threads)
     method_list, ratio_list = _split_list(methods), [float(r) for r in _split_list(ratios)]
     bar = task_progress()

@@ -154,6 +154,7 @@ def retention(
     """Encode the corpus once, compress it with every method and ratio, score exact MaxSim."""
     if mode not in ("visual", "hybrid"):
         raise typer.BadParameter(f"--mode must be visual or hybrid, got {mode!r}")
+    code_list = _parse_codes(codes)  # before the corpus is encoded: a bad list fails at once
     import torch
     from rich.console import Console
 
@@ -207,7 +208,7 @@ def retention(
             seed=seed,
             progress=_Bar(bar),
             keep_kept=inspect,
-            codes=_parse_codes(codes),
+            codes=code_list,
             keep_scores=keep_scores if mode == "hybrid" else None,
         )
     result["timing_s"] = {

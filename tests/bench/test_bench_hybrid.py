@@ -64,12 +64,11 @@ def test_page_texts_have_the_asked_length():
 
 
 @pytest.mark.slow
-def test_retention_cli_hybrid_mode(shared_data: Path, tmp_path: Path):
-    from tests.bench.test_eval_runner import _cranfield_slice
-
-    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+def test_retention_cli_hybrid_mode(cranfield_slice: Path, encodings_cache: Path, tmp_path: Path):
+    folder = cranfield_slice
     out, png = tmp_path / "r.json", tmp_path / "h.png"
     args = ["bench", "retention", "--dataset", str(folder), "--methods", "uot", "--ratios", "0.1"]
+    args += ["--cache-dir", str(encodings_cache)]
     args += ["--window", "3", "--mode", "hybrid", "--json", str(out), "--hybrid-plot", str(png)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output

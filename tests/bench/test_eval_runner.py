@@ -71,8 +71,8 @@ def _check_schema(result: dict) -> None:
             assert isinstance(row[key], kind), (row["method"], key)
 
 
-def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
-    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+def test_cli_on_a_cranfield_slice(cranfield_slice: Path, encodings_cache: Path, tmp_path: Path):
+    folder = cranfield_slice
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     args = [
         "bench",
@@ -94,6 +94,8 @@ def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
         "--plot",
         str(png),
         "--kept-tokens",
+        "--cache-dir",
+        str(encodings_cache),
     ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -118,10 +120,13 @@ def test_cli_on_a_cranfield_slice(shared_data: Path, tmp_path: Path) -> None:
     assert png.stat().st_size > 0
 
 
-def test_codes_score_the_vectors_as_a_code_store_keeps_them(shared_data: Path, tmp_path: Path):
-    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+def test_codes_score_the_vectors_as_a_code_store_keeps_them(
+    cranfield_slice: Path, encodings_cache: Path, tmp_path: Path
+):
+    folder = cranfield_slice
     out = tmp_path / "r.json"
     args = ["bench", "retention", "--dataset", str(folder), "--methods", "identity uot"]
+    args += ["--cache-dir", str(encodings_cache)]
     args += ["--ratios", "0.1", "--window", "3", "--codes", "fp16,4bit,2bit", "--json", str(out)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -162,28 +167,33 @@ def test_bad_benchmark_inputs(shared_data: Path) -> None:
         run_retention(ds, None, ["identity"], [1.5])  # type: ignore[arg-type]
 
 
-def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_data, tmp_path):
-    folder = _cranfield_slice(shared_data, tmp_path / "cran")
+UOT = "uot:iters=4"
+
+
+def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(
+    cranfield_slice: Path, encodings_cache: Path, tmp_path: Path
+):
+    folder = cranfield_slice
     out = tmp_path / "e.json"
     args = ["bench", "estimate", "--dataset", str(folder), "--encoder", "minilm"]
-    args += ["--methods", "identity,uot,random", "--ratios", "0.25,0.1", "--window", "3"]
+    args += ["--cache-dir", str(encodings_cache)]
+    # UOT with 4 EM steps (default 20): the same code path at a fraction of the cost
+    args += ["--methods", f"identity,{UOT},random", "--ratios", "0.25,0.1", "--window", "3"]
     res = CliRunner().invoke(app, [*args, "--sample", "30", "--draws", "2", "--json", str(out)])
     assert res.exit_code == 0, res.output
     result = json.loads(out.read_text())
     rows = {(r["method"], r["ratio"]): r for r in result["rows"]}
-    assert len(rows) == 6 and {"method", "ratio", "estimated", "measured"} <= set(
-        rows[("uot", 0.1)]
-    )
+    assert len(rows) == 6 and {"method", "ratio", "estimated", "measured"} <= set(rows[(UOT, 0.1)])
     assert rows[("identity", 0.1)]["estimated"] == rows[("identity", 0.1)]["measured"] == 1.0
-    assert rows[("uot", 0.1)]["error"] == pytest.approx(
-        rows[("uot", 0.1)]["estimated"] - rows[("uot", 0.1)]["measured"]
+    assert rows[(UOT, 0.1)]["error"] == pytest.approx(
+        rows[(UOT, 0.1)]["estimated"] - rows[(UOT, 0.1)]["measured"]
     )
     assert set(result["same_order"]) == set(result["same_order_settled"]) == {"0.25", "0.1"}
     assert result["estimate"]["query_kind"] == "lead" and result["estimate"]["n_pages"] > 20
     corpus_size = sum(1 for _ in (folder / "corpus.jsonl").open())
     # scaled to the encoded corpus (documents with no text are not encoded)
     assert 30 < result["estimate"]["collection_pages"] <= corpus_size
-    uot = rows[("uot", 0.1)]
+    uot = rows[(UOT, 0.1)]
     assert len(uot["draws"]) == 2 and uot["estimated"] == pytest.approx(np.mean(uot["draws"]))
     assert uot["measured_low"] <= uot["measured"] <= uot["measured_high"]
     assert uot["within_measured_interval"] == (
@@ -193,7 +203,7 @@ def test_bench_estimate_puts_the_estimate_beside_the_judged_retention(shared_dat
     assert identity["measured_low"] == identity["measured_high"] == 1.0
     pairs = [p for p in result["order_pairs"] if p["ratio"] == 0.1]
     assert len(pairs) == 3  # identity-uot, identity-random, uot-random
-    identity_uot = next(p for p in pairs if {p["a"], p["b"]} == {"identity", "uot"})
+    identity_uot = next(p for p in pairs if {p["a"], p["b"]} == {"identity", UOT})
     assert identity_uot["p_judged_a_better"] + identity_uot["p_judged_b_better"] <= 1.0
     assert result["estimate"]["n_queries_per_draw"][0] == result["estimate"]["n_queries"]
     assert len(result["estimate"]["fallback_queries_per_draw"]) == 2
