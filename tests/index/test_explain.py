@@ -66,18 +66,16 @@ def test_two_hot_areas_give_two_regions_heaviest_first():
 
 
 @pytest.fixture(scope="module")
-def indexes(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
+def indexes(shared_data: Path, law_index: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The court transcript page compressed by SAP (the session's `law_index`, read only) and
+    by UOT (built here, as scotus.pdf)."""
     folder = tmp_path_factory.mktemp("explain")
     pdf = folder / "scotus.pdf"
     shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", pdf)
-    paths = {}
-    for name, compressor in (
-        ("sap", get_compressor("sap", ratio=0.25, layers=[0, 1])),
-        ("uot", get_compressor("uot", ratio=0.25)),
-    ):
-        paths[name] = folder / f"{name}.vrag"
-        with VisualIndex.create(paths[name], model="tiny-colqwen2", compressor=compressor) as index:
-            index.add([pdf], progress=False, ocr="never")
+    paths = {"sap": law_index, "uot": folder / "uot.vrag"}
+    compressor = get_compressor("uot", ratio=0.25)
+    with VisualIndex.create(paths["uot"], model="tiny-colqwen2", compressor=compressor) as index:
+        index.add([pdf], progress=False, ocr="never")
     return paths
 
 

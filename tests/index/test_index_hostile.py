@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import zlib
 from pathlib import Path
 
@@ -35,11 +36,19 @@ def _page(doc_id: str, page_no: int = 1, color: str = "white") -> Page:
     return Page(doc_id=doc_id, page_no=page_no, image=image, text="hello", source=None)
 
 
-@pytest.fixture
-def small_index(tmp_path):
-    path = tmp_path / "idx"
+@pytest.fixture(scope="module")
+def small_index_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("small") / "idx"
     with VisualIndex.create(path, model="tiny-colqwen2", compressor="random") as index:
         index.upsert_pages([_page("doc", 1), _page("doc", 2, "black")])
+    return path
+
+
+@pytest.fixture
+def small_index(tmp_path: Path, small_index_template: Path) -> Path:
+    """A two-page index of the test's own (a copy: the tests edit it)."""
+    path = tmp_path / "idx"
+    shutil.copytree(small_index_template, path, symlinks=True)
     return path
 
 

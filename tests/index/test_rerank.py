@@ -93,13 +93,32 @@ def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_
     assert rerank_order(scores)[:2] in ([1, 2], [2, 1]) and rerank_order(scores)[4:] == [4, 5, 6]
 
 
+def _small_cranfield_slice(shared_data: Path, out: Path, n_queries: int, n_extra: int = 8) -> Path:
+    """A BEIR folder of the first judged queries with at most 5 judged documents each, those
+    documents and some others (about 25 documents to encode, not the 60 of the first queries)."""
+    from vrag_compress.beir import load_beir
+
+    ds = load_beir(shared_data / "cranfield")
+    queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= 5][:n_queries]
+    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra])
+    out.mkdir()
+    with (out / "corpus.jsonl").open("w") as f:
+        for d in ds.doc_ids:
+            if d in keep:
+                f.write(json.dumps({"_id": d, "title": "", "text": ds.docs[d]}) + "\n")
+    with (out / "queries.jsonl").open("w") as f:
+        for q in queries:
+            f.write(json.dumps({"_id": q, "text": ds.queries[q]}) + "\n")
+    lines = [f"{q}\t{d}\t{g}" for q in queries for d, g in ds.qrels[q].items() if d in keep]
+    (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
+    return out
+
+
 @pytest.mark.slow
 def test_bench_rerank_on_a_cranfield_slice(shared_data, tmp_path):
     """`vrag bench rerank`: BM25's candidates reranked by MaxSim on stored pages, the same
     candidates scored on the fly as pages outside the index, and the JSON report."""
-    from tests.bench.test_eval_runner import _cranfield_slice
-
-    folder = _cranfield_slice(shared_data, tmp_path / "cran", n_queries=4)
+    folder = _small_cranfield_slice(shared_data, tmp_path / "cran", n_queries=4)
     report = tmp_path / "rerank.json"
     args = ["bench", "rerank", "--dataset", str(folder), "--depth", "5", "--on-the-fly", "1"]
     result = CliRunner().invoke(cli, [*args, "--json", str(report), "--no-progress"])
