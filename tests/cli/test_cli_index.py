@@ -140,7 +140,8 @@ def test_index_without_fp16_vectors(shared_data: Path, tmp_path: Path):
     and info work on the codes."""
     folder = tmp_path / "docs"
     folder.mkdir()
-    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "multi.pdf")
+    for name in ("scotus-transcript-p1.pdf", "nics-background-checks-2015-11.pdf"):  # 1 page each
+        shutil.copy(shared_data / "pdfs" / "gov" / name, folder / name)
     path = tmp_path / "small"
     base = ["index", folder, "--index", path, "--model", "tiny-colqwen2", "--json"]
     assert run(*base, "--no-fp16", "--codes", "none")[0] == 2  # nothing to rerank on
@@ -198,7 +199,7 @@ def test_missing_index_and_partial_failure_exit_codes(tmp_path: Path, shared_dat
     assert code == 1
     folder = tmp_path / "mixed"
     folder.mkdir()
-    shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", folder / "good.pdf")
+    shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", folder / "good.pdf")
     (folder / "bad.pdf").write_bytes(b"not a pdf at all")
     code, stdout = run(
         "index", folder, "--index", tmp_path / "i", "--model", "tiny-colqwen2", "--json"
