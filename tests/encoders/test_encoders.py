@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,6 +39,30 @@ def encoder(request: pytest.FixtureRequest) -> ColEncoder:
     return load_encoder(request.param, device="cpu", batch_size=4)
 
 
+@pytest.fixture(scope="module")
+def done(encoder: ColEncoder) -> dict[str, Any]:
+    """What several tests compare against, computed once per encoder: `encoded` and `eager`."""
+    return {}
+
+
+def encoded(encoder: ColEncoder, done: dict[str, Any], *, with_stats: bool) -> list[Any]:
+    """The pages of `_pages()` encoded as one batch (the encoder's batch size is 4)."""
+    key = f"encoded-{with_stats}"
+    if key not in done:
+        done[key] = encoder.encode_pages(_pages(), with_stats=with_stats, batch_size=len(SIZES))
+    return done[key]
+
+
+def eager(encoder: ColEncoder, done: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """The processed batch of `_pages()`, its visual-token mask, and the embeddings and every
+    layer's full attention map of an eager forward (the reference the captures must equal)."""
+    if "eager" not in done:
+        batch = encoder.process_pages(_pages())
+        visual = batch["input_ids"] == encoder.image_token_id
+        done["eager"] = (batch, visual, *forward_with_attention_maps(encoder.model, batch))
+    return done["eager"]
+
+
 # ColQwen3 projects to 320 dimensions; every other family to 128.
 DIMS = {"tiny-colqwen3": 320}
 # Tiled families (page tiles + a global thumbnail) have no single row-major page grid.
@@ -46,14 +71,14 @@ NO_GRID = {"tiny-colsmol", "tiny-colmodernvbert"}
 FIXED = {"tiny-colpali", "tiny-colgemma3"}
 
 
-def test_info_and_shapes(encoder: ColEncoder) -> None:
+def test_info_and_shapes(encoder: ColEncoder, done: dict[str, Any]) -> None:
     info = encoder.info()
     assert json.loads(json.dumps(info)) == info
     assert info["family"] == TINY_MODELS[encoder.model_id]
     dim = DIMS.get(encoder.model_id, 128)
     # tiny-colqwen3_5 has 4 layers, 2 of them softmax attention (the others Gated DeltaNet)
     assert (info["dim"], info["n_layers"], info["n_heads"]) == (dim, 2, 4)
-    pages = encoder.encode_pages(_pages())
+    pages = encoded(encoder, done, with_stats=False)
     assert len(pages) == len(SIZES)
     for page in pages:
         assert page.vectors.dtype == np.float32 and page.dim == dim
@@ -66,17 +91,17 @@ def test_info_and_shapes(encoder: ColEncoder) -> None:
         assert page.centrality is None and page.eos_attention is None
 
 
-def test_token_counts_follow_image_size(encoder: ColEncoder) -> None:
-    counts = {page.n_tokens for page in encoder.encode_pages(_pages())}
+def test_token_counts_follow_image_size(encoder: ColEncoder, done: dict[str, Any]) -> None:
+    counts = {page.n_tokens for page in encoded(encoder, done, with_stats=False)}
     if encoder.model_id in FIXED:
         assert len(counts) == 1
     else:
         assert len(counts) > 1  # the batch really mixes sequence lengths (left padding)
 
 
-def test_batched_equals_one_at_a_time(encoder: ColEncoder) -> None:
-    images = _pages(1)
-    batched = encoder.encode_pages(images, with_stats=True, batch_size=len(images))
+def test_batched_equals_one_at_a_time(encoder: ColEncoder, done: dict[str, Any]) -> None:
+    images = _pages()
+    batched = encoded(encoder, done, with_stats=True)
     single = [encoder.encode_pages([image], with_stats=True)[0] for image in images]
     for a, b in zip(batched, single, strict=True):
         assert a.grid == b.grid
@@ -86,12 +111,12 @@ def test_batched_equals_one_at_a_time(encoder: ColEncoder) -> None:
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 16 * 2**20])
-def test_streaming_stats_equal_eager_attention_maps(encoder: ColEncoder, chunk_bytes: int) -> None:
+def test_streaming_stats_equal_eager_attention_maps(
+    encoder: ColEncoder, done: dict[str, Any], chunk_bytes: int
+) -> None:
     """chunk_bytes=1 forces one visual row per chunk; the default takes all rows at once."""
-    batch = encoder.process_pages(_pages(2))
-    visual = batch["input_ids"] == encoder.image_token_id
+    batch, visual, eager_embeddings, maps = eager(encoder, done)
     last = last_token_index(batch["attention_mask"])
-    eager_embeddings, maps = forward_with_attention_maps(encoder.model, batch)
     assert len(maps) == encoder.n_layers
     want_cent, want_eos = stats_from_attention_maps(maps, visual, last)
 
@@ -107,12 +132,9 @@ def test_streaming_stats_equal_eager_attention_maps(encoder: ColEncoder, chunk_b
     torch.testing.assert_close(embeddings[visual], eager_embeddings[visual], atol=1e-4, rtol=1e-4)
 
 
-def test_encode_pages_stats_match_reference(encoder: ColEncoder) -> None:
-    images = _pages(3)
-    pages = encoder.encode_pages(images, with_stats=True)
-    batch = encoder.process_pages(images)
-    visual = batch["input_ids"] == encoder.image_token_id
-    _, maps = forward_with_attention_maps(encoder.model, batch)
+def test_encode_pages_stats_match_reference(encoder: ColEncoder, done: dict[str, Any]) -> None:
+    pages = encoded(encoder, done, with_stats=True)
+    batch, visual, _, maps = eager(encoder, done)
     cent, eos = stats_from_attention_maps(maps, visual, last_token_index(batch["attention_mask"]))
     for b, page in enumerate(pages):
         index = torch.nonzero(visual[b]).flatten()
@@ -122,10 +144,9 @@ def test_encode_pages_stats_match_reference(encoder: ColEncoder) -> None:
         assert np.all(page.centrality >= 0) and np.all(page.eos_attention >= 0)
 
 
-def test_stats_do_not_change_embeddings(encoder: ColEncoder) -> None:
-    images = _pages(4)
-    plain = encoder.encode_pages(images)
-    with_stats = encoder.encode_pages(images, with_stats=True)
+def test_stats_do_not_change_embeddings(encoder: ColEncoder, done: dict[str, Any]) -> None:
+    plain = encoded(encoder, done, with_stats=False)
+    with_stats = encoded(encoder, done, with_stats=True)
     for a, b in zip(plain, with_stats, strict=True):
         np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-6)
 
