@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,11 +145,24 @@ def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
     assert counts is not None, line
     said, writing = int(counts[1]), int(counts[3] or 0)
     assert committed in (said, said + writing)  # a batch being written: whole or not at all
-    with VisualIndex.open(index, readonly=True, device="cpu") as kept:
-        assert kept.verify().ok and kept.store.count() == committed
-        assert len(kept.search("table", k=3)) == min(3, committed)
+    failed: list[BaseException] = []
 
-    heads.start()  # a new head at the same address: the same command resumes
+    def restart() -> None:
+        try:
+            heads.start()  # a new head at the same address: the same command resumes
+        except BaseException as error:  # raised again below, in the test's thread
+            failed.append(error)
+
+    restarting = threading.Thread(target=restart, daemon=True)
+    restarting.start()  # while what the killed run kept is checked
+    try:
+        with VisualIndex.open(index, readonly=True, device="cpu") as kept:
+            assert kept.verify().ok and kept.store.count() == committed
+            assert len(kept.search("table", k=3)) == min(3, committed)
+    finally:
+        restarting.join()  # (the fixture's finalizer must see every head started)
+    if failed:
+        raise failed[0]
     again = subprocess.run(command, env=heads.env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
