@@ -109,6 +109,7 @@ def test_side_by_side_run(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     args = ["bench", "plaid", "--python", str(FAST_PLAID_PYTHON), "--pages", "200"]
     args += ["--queries", "8", "--data", "synthetic", "--dir", str(tmp_path), "--json", str(out)]
+    args += ["--tokens-full", "200"]  # small pages: both engines' path, not the scale
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())

@@ -97,6 +97,7 @@ def test_real_pages_from_a_beir_folder(shared_data: Path, tmp_path: Path) -> Non
     args = ["bench", "store", "--data", "real", "--source-dataset", str(folder)]
     args += ["--cache-dir", str(tmp_path / "cache"), "--pages", "300", "--queries", "10"]
     args += ["--bruteforce-queries", "0", "--no-full-store", "--json", str(out)]
+    args += ["--tokens-full", "100", "--dim", "32"]  # small pages: the path, not the scale
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
@@ -155,6 +156,7 @@ def test_skewed_family(tmp_path: Path) -> None:
     out = tmp_path / "k.json"
     args = ["bench", "store", "--data", "skewed", "--skew", "1.5", "--pages", "300"]
     args += ["--queries", "10", "--bruteforce-queries", "0", "--no-full-store", "--json", str(out)]
+    args += ["--tokens-full", "100", "--dim", "32"]  # small pages: the path, not the scale
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())

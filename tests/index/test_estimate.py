@@ -170,14 +170,9 @@ def test_too_few_pages_is_a_clear_error():
 
 
 @pytest.fixture(scope="module")
-def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vrag_compress import VisualIndex
-
-    path = tmp_path_factory.mktemp("est") / "tiny.vrag"
-    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor="uot", ratio=0.25) as index:
-        index.add(images, progress=False, ocr="never")
-    return path
+def tiny_index(arxivqa_uot_index: Path) -> Path:
+    """The session's tiny-model index of the ArxivQA sample (tests/index/conftest.py)."""
+    return arxivqa_uot_index
 
 
 def test_estimate_runs_on_an_index(tiny_index: Path):

@@ -158,14 +158,9 @@ def test_the_range_recommends_only_when_both_ways_of_asking_keep_the_target():
 
 
 @pytest.fixture(scope="module")
-def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vrag_compress import VisualIndex
-
-    path = tmp_path_factory.mktemp("estq") / "tiny.vrag"
-    images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor="uot", ratio=0.25) as index:
-        index.add(images, progress=False, ocr="never")
-    return path
+def tiny_index(arxivqa_uot_index: Path) -> Path:
+    """The session's tiny-model index of the ArxivQA sample (tests/index/conftest.py)."""
+    return arxivqa_uot_index
 
 
 def _judged_folder(folder: Path, ids: list[str]) -> Path:
