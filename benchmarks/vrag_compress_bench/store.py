@@ -30,6 +30,7 @@ from vrag_compress_bench.paths import scratch_dir
 from vrag_compress_bench.store_timing import (
     add_all,
     first_query_cost,
+    page_batches,
     peak_rss_mb,
     progress,
     query_process_cost,
@@ -504,6 +505,7 @@ def _run(
     note = milestones or Milestones(None)
 
     threads = max(thread_counts)
+    written = data["compressed"]  # the fp16 pages, for the reference of a store without them
 
     config: dict[str, Any] = {"dim": dim, "model_id": "synthetic/clustered", "codes": codes}
     full_config = dict(config)  # the full pages' size is that of fp16 rows
@@ -569,9 +571,12 @@ def _run(
         note(reference_s=reference_s)
         # after the exact passes, which left every row converted: each count sees the same cache
         by_threads = _by_threads(store, qs, thread_counts) if len(thread_counts) > 1 else {}
-    recall = float(
-        np.mean([len(set(e) & set(t)) / max(1, len(e)) for e, t in zip(exact, two, strict=True)])
-    )
+    recall = _recall(exact, two)
+    vs_fp16: dict[str, float | None] = {"two_stage": None, "exact": None}
+    if not fp16 and pages * k_tokens <= FP16_REFERENCE_MAX_VECTORS:
+        truth = _fp16_top10(written, qs)
+        vs_fp16 = {"two_stage": _recall(truth, two), "exact": _recall(truth, exact)}
+        note(recall_vs_fp16=vs_fp16)
     size_index = info.get("bytes", 0) / 2**20
     brute_ms = (
         _bruteforce(data["full"], qs[:bruteforce_queries], threads) if bruteforce_queries else None
@@ -589,6 +594,9 @@ def _run(
         "size_mb": {"full": round(size_full, 2), "compressed": round(size_compressed, 2)},
         "latency_ms": {k: (None if v is None else round(v, 3)) for k, v in latency.items()},
         "recall@10_two_stage": round(recall, 4),
+        # a store without fp16 vectors: its answers against exact MaxSim over the fp16 vectors
+        # it was given (what its codes lose), up to FP16_REFERENCE_MAX_VECTORS; else null
+        "recall@10_vs_fp16": {k: None if v is None else round(v, 4) for k, v in vs_fp16.items()},
         "add_pages_per_s": round(pages / add_s, 1),
         "full_size_measured": full_store,
         "queries_timed": {
@@ -678,6 +686,36 @@ def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str
             str(n): round(2 * len(qs) / t, 1) for n, t in batch_s.items()
         },
     }
+
+
+FP16_REFERENCE_MAX_VECTORS = 20_000_000  # one more pass over the pages: ~200k pages at most
+
+
+def _recall(truth: list[list[str]], answers: list[list[str]]) -> float:
+    pairs = zip(truth, answers, strict=True)
+    return float(np.mean([len(set(e) & set(t)) / max(1, len(e)) for e, t in pairs]))
+
+
+def _fp16_top10(pages: Any, qs: list[np.ndarray], batch: int = 4096) -> list[list[str]]:
+    """Exact top-10 page ids of every query over the fp16 pages as written (``add_all``'s
+    ids): the truth a store that keeps only codes is measured against."""
+    from vrag_compress.scoring.packed import maxsim_scores, top_k
+
+    best_ids = np.zeros((len(qs), 0), dtype=np.int64)
+    best = np.zeros((len(qs), 0), dtype=np.float32)
+    start = 0
+    for chunk in page_batches(pages, batch):
+        n, k, dim = chunk.shape
+        bounds = np.arange(n + 1, dtype=np.int64) * k
+        scores = maxsim_scores(qs, np.asarray(chunk, np.float32).reshape(-1, dim), bounds)
+        best = np.concatenate([best, scores.astype(np.float32)], axis=1)
+        ids = np.broadcast_to(start + np.arange(n), scores.shape)
+        best_ids = np.concatenate([best_ids, ids], axis=1)
+        keep = np.stack([top_k(row, 10) for row in best])
+        best = np.take_along_axis(best, keep, axis=1)
+        best_ids = np.take_along_axis(best_ids, keep, axis=1)
+        start += n
+    return [[f"page-{i:07d}" for i in row] for row in best_ids]
 
 
 def _exact_top10(store: Any, qs: list[np.ndarray], batch: int = 1000) -> list[list[str]]:

@@ -33,7 +33,7 @@ def add_all(store: Any, pages: Any, batch: int, label: str) -> float:
     i = 0
     with progress() as bar:
         task = bar.add_task(label, total=len(pages))
-        for chunk in _batches(pages, batch):
+        for chunk in page_batches(pages, batch):
             records = []
             for vectors in chunk:
                 records.append(
@@ -49,7 +49,7 @@ def add_all(store: Any, pages: Any, batch: int, label: str) -> float:
     return spent
 
 
-def _batches(pages: Any, batch: int) -> Iterator[np.ndarray]:
+def page_batches(pages: Any, batch: int) -> Iterator[np.ndarray]:
     if isinstance(pages, np.ndarray):
         for start in range(0, len(pages), batch):
             yield pages[start : start + batch]
