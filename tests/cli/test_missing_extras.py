@@ -67,11 +67,17 @@ def run(job):
 for job in jobs.values():  # one child per extra, forked before vrag_compress is imported
     pid = os.fork()
     if pid == 0:
+        status = 0
         try:
             run(job)
+        except BaseException:  # shown in the test's failure (no results file is written)
+            import traceback
+
+            traceback.print_exc()
+            status = 1
         finally:
             sys.stdout.flush(), sys.stderr.flush()
-            os._exit(0)
+            os._exit(status)
     os.waitpid(pid, 0)
 """
 """Refuses the modules of an extra, then runs `vrag` commands through `cli.main` and writes
