@@ -65,16 +65,18 @@ def test_page_texts_have_the_asked_length():
 
 @pytest.mark.slow
 def test_retention_cli_hybrid_mode(cranfield_slice: Path, encodings_cache: Path, tmp_path: Path):
+    from tests.bench.test_eval_runner import UOT
+
     folder = cranfield_slice
     out, png = tmp_path / "r.json", tmp_path / "h.png"
-    args = ["bench", "retention", "--dataset", str(folder), "--methods", "uot", "--ratios", "0.1"]
+    args = ["bench", "retention", "--dataset", str(folder), "--methods", UOT, "--ratios", "0.1"]
     args += ["--cache-dir", str(encodings_cache)]
     args += ["--window", "3", "--mode", "hybrid", "--json", str(out), "--hybrid-plot", str(png)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "BM25 (store text mode)" in res.output and "hybrid RRF" in res.output
     hybrid = json.loads(out.read_text())["hybrid"]
-    assert [r["visual"] for r in hybrid["rows"]] == ["uncompressed", "uot@0.1"]
+    assert [r["visual"] for r in hybrid["rows"]] == ["uncompressed", f"{UOT}@0.1"]
     assert png.stat().st_size > 0
     bad = CliRunner().invoke(app, [*args[:-6], "--mode", "bm25", "--json", str(out)])
     assert bad.exit_code == 2
