@@ -23,15 +23,16 @@ def test_bench_ray_reports_pages_per_second(shared_data: Path, tmp_path: Path) -
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_TMPDIR": str(short)}
     args = ["bench", "ray", str(pdf), "--workers", "1", "--no-images", "--json", str(report)]
     try:
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "vrag_compress", *args],
             env=env,
-            check=True,
             capture_output=True,
+            text=True,
             timeout=600,
         )
     finally:
         shutil.rmtree(short, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(report.read_text())
     (run,) = result["runs"]
     assert run["actors"] == 1 and run["pages"] > 0 and run["pages_per_s"] > 0
