@@ -46,6 +46,7 @@ def invoked_bench_commands() -> dict[str, list[str]]:
                     and first.value == "bench"
                     and isinstance(second, ast.Constant)
                     and isinstance(second.value, str)
+                    and not second.value.startswith("-")  # `bench --help` names no command
                 ):
                     found.setdefault(second.value, []).append(path.name)
     return found
