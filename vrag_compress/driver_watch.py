@@ -24,6 +24,7 @@ import json
 import signal
 import socket
 import sys
+import time
 from typing import Any, TextIO
 
 LOST = "RayClusterLostError"
@@ -40,6 +41,21 @@ def reachable(address: str, timeout_s: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+SETTLE_S = 3.0  # how long a head must keep answering to count as alive (see `still_answers`)
+
+
+def still_answers(address: str, settle_s: float = SETTLE_S, step_s: float = 0.25) -> bool:
+    """Whether the cluster's GCS answers, and keeps answering for ``settle_s``. A killed head
+    takes the driver's local node down first, and its GCS can still accept connections for a
+    moment after the driver ended: one check then would call a lost cluster alive."""
+    deadline = time.monotonic() + settle_s
+    while reachable(address):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(step_s)
+    return False
 
 
 def describe(address: str, progress: dict[str, int], gone: bool, ended_by_ray: bool) -> str:
@@ -91,7 +107,7 @@ def watch(lines: TextIO, out: TextIO, err: TextIO) -> int:
         progress = {key: int(event.get(key, 0)) for key in ("pages", "documents", "writing")}
     if setup is None:  # the driver died before it said anything: nothing to report
         return 0
-    gone = not reachable(str(setup.get("gcs") or ""))
+    gone = not still_answers(str(setup.get("gcs") or ""))
     address = str(setup.get("address") or setup.get("gcs") or "?")
     text = f"{LOST if gone else DIED}: {describe(address, progress, gone, ended_by_ray=True)}"
     fields = setup.get("json")

@@ -224,6 +224,27 @@ def test_a_cluster_that_still_answers_is_not_called_lost() -> None:
     )
 
 
+def test_a_head_that_stops_answering_just_after_the_driver_ended_is_lost() -> None:
+    """A killed head's GCS can accept connections for a moment after its driver died (seen
+    under load): the watchdog waits for it to settle before calling the cluster alive."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    gcs = f"127.0.0.1:{listening.getsockname()[1]}"
+
+    def answer_once_then_go_away() -> None:
+        first, _ = listening.accept()  # the watchdog's first check gets an answer
+        first.close()
+        time.sleep(0.5)
+        listening.close()
+
+    head = threading.Thread(target=answer_once_then_go_away, daemon=True)
+    head.start()
+    result = subprocess.run(_dying_driver(None, gcs), capture_output=True, text=True, timeout=120)
+    head.join(timeout=10)
+    assert result.stderr.startswith("error: RayClusterLostError: "), result.stderr
+
+
 def test_a_driver_that_reports_itself_leaves_the_watchdog_silent() -> None:
     """A run that returns or raises says "done": its own report is the only one."""
     then = "watch.close()\nraise SystemExit(3)"
