@@ -164,6 +164,22 @@ def load_beir(path: str | Path) -> BeirDataset:
     return BeirDataset(root.name, kind, docs, queries, qrels, root=root)
 
 
+def write_subset(ds: BeirDataset, out: Path, queries: list[str], docs: set[str]) -> Path:
+    """A new BEIR folder ``out`` holding ``queries``, the ``docs`` among the corpus (in corpus
+    order) and the judgments between them: a small judged collection cut from a large one."""
+    out.mkdir()
+    with (out / "corpus.jsonl").open("w") as f:
+        for d in ds.doc_ids:
+            if d in docs:
+                f.write(json.dumps({"_id": d, "title": "", "text": ds.docs[d]}) + "\n")
+    with (out / "queries.jsonl").open("w") as f:
+        for q in queries:
+            f.write(json.dumps({"_id": q, "text": ds.queries[q]}) + "\n")
+    lines = [f"{q}\t{d}\t{g}" for q in queries for d, g in ds.qrels[q].items() if d in docs]
+    (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
+    return out
+
+
 def load_hf_beir(name: str, split: str = "test") -> BeirDataset:
     """A ViDoRe BEIR dataset from the Hugging Face hub (configs corpus / queries / qrels)."""
     try:

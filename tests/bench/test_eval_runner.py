@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.beir import load_beir
+from vrag_compress.beir import load_beir, write_subset
 from vrag_compress.cli.app import app
 from vrag_compress_bench.eval.runner import (
     BenchmarkError,
@@ -44,17 +44,7 @@ def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 6, n_extra: 
     ds = load_beir(shared_data / "cranfield")
     queries = ds.judged_queries()[:n_queries]
     keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra]) | {"471"}
-    out.mkdir()
-    with (out / "corpus.jsonl").open("w") as f:
-        for d in ds.doc_ids:
-            if d in keep:
-                f.write(json.dumps({"_id": d, "title": "", "text": ds.docs[d]}) + "\n")
-    with (out / "queries.jsonl").open("w") as f:
-        for q in queries:
-            f.write(json.dumps({"_id": q, "text": ds.queries[q]}) + "\n")
-    lines = [f"{q}\t{d}\t{g}" for q in queries for d, g in ds.qrels[q].items() if d in keep]
-    (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
-    return out
+    return write_subset(ds, out, queries, keep)
 
 
 def _check_schema(result: dict) -> None:

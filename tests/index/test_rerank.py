@@ -96,22 +96,12 @@ def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_
 def _small_cranfield_slice(shared_data: Path, out: Path, n_queries: int, n_extra: int = 8) -> Path:
     """A BEIR folder of the first judged queries with at most 5 judged documents each, those
     documents and some others (about 25 documents to encode, not the 60 of the first queries)."""
-    from vrag_compress.beir import load_beir
+    from vrag_compress.beir import load_beir, write_subset
 
     ds = load_beir(shared_data / "cranfield")
     queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= 5][:n_queries]
     keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra])
-    out.mkdir()
-    with (out / "corpus.jsonl").open("w") as f:
-        for d in ds.doc_ids:
-            if d in keep:
-                f.write(json.dumps({"_id": d, "title": "", "text": ds.docs[d]}) + "\n")
-    with (out / "queries.jsonl").open("w") as f:
-        for q in queries:
-            f.write(json.dumps({"_id": q, "text": ds.queries[q]}) + "\n")
-    lines = [f"{q}\t{d}\t{g}" for q in queries for d, g in ds.qrels[q].items() if d in keep]
-    (out / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(lines) + "\n")
-    return out
+    return write_subset(ds, out, queries, keep)
 
 
 @pytest.mark.slow
