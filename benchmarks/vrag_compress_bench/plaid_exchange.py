@@ -84,7 +84,7 @@ def read_results(folder: Path, n_queries: int, n_pages: int) -> dict[str, Any]:
     return result
 
 
-def recall_at_10(exact: list[list[int]], found: list[list[int]]) -> float:
+def recall_at_10(exact: list[list[Any]], found: list[list[Any]]) -> float:
     """Mean share of each query's exact top 10 that ``found`` holds in its first 10."""
     shares = [len(set(e) & set(f[:10])) / max(1, len(e)) for e, f in zip(exact, found, strict=True)]
     return round(float(np.mean(shares)), 4)

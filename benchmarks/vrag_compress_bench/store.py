@@ -27,6 +27,7 @@ from rich.table import Table
 
 from vrag_compress_bench.app import bench_app
 from vrag_compress_bench.paths import scratch_dir
+from vrag_compress_bench.plaid_exchange import recall_at_10
 from vrag_compress_bench.store_timing import (
     add_all,
     first_query_cost,
@@ -571,11 +572,11 @@ def _run(
         note(reference_s=reference_s)
         # after the exact passes, which left every row converted: each count sees the same cache
         by_threads = _by_threads(store, qs, thread_counts) if len(thread_counts) > 1 else {}
-    recall = _recall(exact, two)
+    recall = recall_at_10(exact, two)
     vs_fp16: dict[str, float | None] = {"two_stage": None, "exact": None}
     if not fp16 and pages * k_tokens <= FP16_REFERENCE_MAX_VECTORS:
         truth = _fp16_top10(written, qs)
-        vs_fp16 = {"two_stage": _recall(truth, two), "exact": _recall(truth, exact)}
+        vs_fp16 = {"two_stage": recall_at_10(truth, two), "exact": recall_at_10(truth, exact)}
         note(recall_vs_fp16=vs_fp16)
     size_index = info.get("bytes", 0) / 2**20
     brute_ms = (
@@ -689,11 +690,6 @@ def _by_threads(store: Any, qs: list[np.ndarray], counts: list[int]) -> dict[str
 
 
 FP16_REFERENCE_MAX_VECTORS = 20_000_000  # one more pass over the pages: ~200k pages at most
-
-
-def _recall(truth: list[list[str]], answers: list[list[str]]) -> float:
-    pairs = zip(truth, answers, strict=True)
-    return float(np.mean([len(set(e) & set(t)) / max(1, len(e)) for e, t in pairs]))
 
 
 def _fp16_top10(pages: Any, qs: list[np.ndarray], batch: int = 4096) -> list[list[str]]:
