@@ -3,12 +3,14 @@ LlamaIndex reader and `VisualIndex.add(ray=...)`. One deck, converted once into 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,10 +76,16 @@ RAY_DECK = """
 import json, sys
 from pathlib import Path
 from vrag_compress import VisualIndex
-from vrag_compress.distributed import RayOptions
+from vrag_compress.distributed import RayOptions, connect
 
-deck, folder = Path(sys.argv[1]), Path(sys.argv[2])
-with VisualIndex.create(folder / "idx", model="minilm") as index:
+folder = Path(sys.argv[1])
+index = VisualIndex.create(folder / "idx", model="minilm")
+connect("local")  # the local Ray that `add(ray=RayOptions(address="local"))` would start
+line = sys.stdin.readline().strip()  # the deck, sent once the test runs
+if not line:  # the test did not run: stop (and the local Ray with this process)
+    raise SystemExit(0)
+deck = Path(line)
+with index:
     ray = RayOptions(address="local", actors=1)  # one actor process is enough for 3 pages
     report = index.add([deck], progress=False, ray=ray, ocr="never")
     hit = index.search("ocelot rhubarb", k=1)[0]
@@ -85,19 +93,59 @@ print(json.dumps({"report": report.to_dict(), "page": hit.page_no, "source": hit
 """
 
 
-def test_ray_workers_render_a_deck(deck: Path, tmp_path: Path) -> None:
-    """In a process of its own: a local Ray started here inherits no cluster settings (the
-    token authentication) that another test module left in this interpreter's Ray."""
-    pytest.importorskip("ray")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    done = subprocess.run(
-        [sys.executable, "-c", RAY_DECK, str(deck), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        timeout=600,
+@dataclass
+class RayDriver:
+    """The running driver script and the files its output goes to."""
+
+    process: subprocess.Popen[str]
+    stdout: Path
+    stderr: Path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_driver(
+    request: pytest.FixtureRequest, deck: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RayDriver | None]:
+    """The driver of `test_ray_workers_render_a_deck`, started as the module begins when that
+    test is selected: its model load and local Ray start run while the other tests do, and it
+    waits on stdin for the deck. In a process of its own: a local Ray started there inherits
+    no cluster settings (the token authentication) that another test module left in this
+    interpreter's Ray."""
+    selected = any(
+        i.path == request.node.path and i.name == "test_ray_workers_render_a_deck"
+        for i in request.session.items
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if not selected or importlib.util.find_spec("ray") is None:
+        yield None
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    folder = tmp_path_factory.mktemp("ray-deck")
+    with (folder / "out").open("w+") as out, (folder / "err").open("w+") as err:
+        driver = subprocess.Popen(  # (files, not pipes: nothing reads them until the test)
+            [sys.executable, "-c", RAY_DECK, str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            text=True,
+            env={**env, "HF_HUB_OFFLINE": "1"},  # (the office cache of `deck` included)
+        )
+        try:
+            yield RayDriver(driver, folder / "out", folder / "err")
+        finally:
+            if driver.poll() is None:  # the test did not run: an empty line stops it
+                try:
+                    driver.communicate("\n", timeout=60)
+                except subprocess.TimeoutExpired:
+                    driver.kill()
+                    driver.wait()
+
+
+def test_ray_workers_render_a_deck(deck: Path, ray_driver: RayDriver | None) -> None:
+    pytest.importorskip("ray")
+    assert ray_driver is not None
+    ray_driver.process.communicate(f"{deck}\n", timeout=600)
+    stderr = ray_driver.stderr.read_text()
+    assert ray_driver.process.returncode == 0, stderr[-3000:]
+    found = json.loads(ray_driver.stdout.read_text().strip().splitlines()[-1])
     assert found["report"]["pages_indexed"] == 3 and not found["report"]["failures"], found
     assert found["page"] == 2 and Path(found["source"]).name == "deck.pptx"
