@@ -370,9 +370,13 @@ def longer_folder(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -
 
 
 def _cli_index(cluster: Cluster, folder: Path, index: Path, *options: str) -> subprocess.Popen[str]:
-    """`vrag index --ray` in its own process: the driver."""
+    """`vrag index --ray` in its own process: the driver, adding to an empty index made here
+    first (batches of 2). A driver that creates the index loads the model to learn its vector
+    dimension, seconds of CPU that no test here is about; one that opens an index loads none
+    (its actors encode). The head-kill test's first driver still creates its index."""
+    _create(index).close()  # (this process has the model loaded already: no load)
     command = [sys.executable, "-m", "vrag_compress", "index", str(folder), "--index", str(index)]
-    command += ["--model", MODEL, "--device", "cpu", "--batch-size", "2", "--json"]
+    command += ["--model", MODEL, "--device", "cpu", "--json"]
     command += ["--ray", cluster.address, *options]
     return subprocess.Popen(
         command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
