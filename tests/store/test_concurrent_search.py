@@ -5,6 +5,7 @@ answer or its own error, and queries never wait for page encoding."""
 from __future__ import annotations
 
 import copy
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,10 +44,11 @@ class SlowQueries(WordEncoder):
         return super().encode_pages(images, with_stats=with_stats)
 
 
-@pytest.fixture()
-def index(tmp_path):
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory):
+    """The 30-page index, written once for the module (writing its pages takes seconds)."""
     encoder = SlowQueries()
-    path = tmp_path / "threads.vrag"
+    path = tmp_path_factory.mktemp("threads") / "threads.vrag"
     with VisualIndex.create(path, encoder=encoder, compressor="identity") as built:
         rng = np.random.default_rng(0)
         texts = [" ".join(rng.choice(WORDS, size=4)) for _ in range(30)]
@@ -54,7 +56,14 @@ def index(tmp_path):
             [page(encoder, f"doc{n}", text) for n, text in enumerate(texts)],
             metadata=[{"team": "ab"[n % 2]} for n in range(30)],
         )
-    opened = VisualIndex.open(path, encoder=encoder)
+    return path
+
+
+@pytest.fixture()
+def index(built_index, tmp_path):
+    """A copy of the module's index for each test (one adds a page), with its own encoder."""
+    path = shutil.copytree(built_index, tmp_path / "threads.vrag")
+    opened = VisualIndex.open(path, encoder=SlowQueries())
     yield opened
     opened.close()
 
@@ -177,7 +186,8 @@ def test_the_server_answers_searches_while_an_upload_is_encoded(tmp_path):
     from vrag_compress.serve import ServeConfig, create_app
 
     encoder = GatedTwin()
-    config = ServeConfig(index_dir=tmp_path / "served.vrag", api_key="k")
+    # no OCR: the word encoder reads its pages from their pixels (OCR of the scan took seconds)
+    config = ServeConfig(index_dir=tmp_path / "served.vrag", api_key="k", ocr="never")
     with TestClient(create_app(config, encoder=encoder), base_url="http://127.0.0.1:8000") as web:
         image = tmp_path / "scan.png"
         encoder.page_image("budget court storm").save(image)
@@ -253,6 +263,31 @@ def tied_pages(n_unique: int = 12, copies: int = 4) -> list:
     return pages
 
 
+@pytest.fixture(scope="module")
+def tied_store(tmp_path_factory):
+    """``tied_store(codes)``: the store of `tied_pages`, fp16 or with residual codes, and its
+    config; each kind is written and optimized once for the module (the cases only open it
+    read-only, with their own search options)."""
+    from vrag_compress.store import LocalStore
+
+    made: dict[str | None, tuple[Path, dict]] = {}
+
+    def get(codes: str | None) -> tuple[Path, dict]:
+        if codes not in made:
+            config: dict = {"dim": 32, "model_id": "ties/test"}
+            if codes is not None:
+                config.update(codes=codes, fp16=False)
+            path = tmp_path_factory.mktemp("ties") / "s"
+            with LocalStore.create(path, config, codes_min_tokens=100) as store:
+                store.add(tied_pages())
+                store.optimize()
+                assert store.config.get("fp16", True) is (codes is None)
+            made[codes] = path, config
+        return made[codes]
+
+    return get
+
+
 @pytest.mark.parametrize(
     "mode, options",
     [
@@ -264,7 +299,7 @@ def tied_pages(n_unique: int = 12, copies: int = 4) -> list:
         ("two_stage", {"threads": 1, "rerank_depth": 48, "codes": "4bit"}),
     ],
 )
-def test_a_query_ranks_the_same_alone_and_in_any_batch(tmp_path, mode, options):
+def test_a_query_ranks_the_same_alone_and_in_any_batch(tied_store, mode, options):
     """Batched and lone searches score with products of different shapes, whose fp32 rounding
     differs; ties and near-ties must still come out in one order (page_id) with the same
     scores, whichever batch a query lands in (this failed 1 run in 3-6 when scores were taken
@@ -275,17 +310,12 @@ def test_a_query_ranks_the_same_alone_and_in_any_batch(tmp_path, mode, options):
     rng = np.random.default_rng(9)
     pages = tied_pages()
     options = dict(options)
-    config = {"dim": 32, "model_id": "ties/test"}
-    if "codes" in options:
-        config.update(codes=options.pop("codes"), fp16=False)
-    with LocalStore.create(tmp_path / "s", config, codes_min_tokens=100) as store:
-        store.add(pages)
-        store.optimize()
-        assert store.config.get("fp16", True) is ("codes" not in config)
+    codes = options.pop("codes", None)
+    path, config = tied_store(codes)
     queries = [
         pages[i].vectors[:3] + 0.05 * rng.normal(size=(3, 32)).astype(np.float32) for i in range(12)
     ] + [rng.normal(size=(n, 32)).astype(np.float32) for n in (2, 5, 9)]
-    with LocalStore.open(tmp_path / "s", readonly=True, **options) as store:
+    with LocalStore.open(path, readonly=True, **options) as store:
         tokens = store._searcher.snapshots.current().tokens
         assert isinstance(tokens, CodedTokens) is ("codes" in config)
         alone = [[(h.page_id, h.score) for h in store.search(q, k=10, mode=mode)] for q in queries]
