@@ -10,6 +10,7 @@ head at the same address; the fast ones end a driver with ``os._exit(1)`` as Ray
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -68,6 +69,24 @@ class Heads:
 
         self.address = f"{get_node_ip_address()}:{self.port}"
 
+    def start_in_background(self) -> None:
+        """`start` in a thread (`join` waits for it and raises what it raised)."""
+
+        def run() -> None:
+            try:
+                self.start()
+            except BaseException as error:  # raised again by `join`, in the test's thread
+                self.failed = error
+
+        self.failed: BaseException | None = None
+        self.starting = threading.Thread(target=run, daemon=True)
+        self.starting.start()
+
+    def join(self) -> None:
+        self.starting.join()
+        if self.failed is not None:
+            raise RuntimeError("the Ray head did not start") from self.failed
+
     def kill(self) -> None:
         """SIGKILL every Ray process of the heads started so far."""
         for group in self.groups:
@@ -82,13 +101,31 @@ class Heads:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def heads(request: pytest.FixtureRequest) -> Iterator[Heads]:
-    pytest.importorskip("ray", reason="the [ray] extra (in dev) is not installed")
+@pytest.fixture(scope="module", autouse=True)
+def starting_heads(request: pytest.FixtureRequest) -> Iterator[Heads | None]:
+    """The first head starts as the module begins, when its slow test is selected: it comes up
+    while the fast tests (which need no cluster) run before that test."""
+    module = request.node.path
+    if importlib.util.find_spec("ray") is None or not any(
+        i.path == module and "heads" in i.fixturenames for i in request.session.items
+    ):
+        yield None
+        return
     started = Heads()
-    request.addfinalizer(started.clean)  # even when starting the head fails half-way
-    started.start()
-    yield started
+    try:
+        started.start_in_background()
+        yield started
+    finally:
+        started.starting.join(timeout=300)  # (a head started after `clean` would be left running)
+        started.clean()  # even when starting the head failed half-way
+
+
+@pytest.fixture
+def heads(starting_heads: Heads | None) -> Heads:
+    pytest.importorskip("ray", reason="the [ray] extra (in dev) is not installed")
+    assert starting_heads is not None
+    starting_heads.join()
+    return starting_heads
 
 
 @pytest.fixture
@@ -102,7 +139,7 @@ def long_folder(tmp_path: Path, shared_data: Path) -> Path:
 
 def _driver(heads: Heads, folder: Path, index: Path) -> list[str]:
     command = [sys.executable, "-m", "vrag_compress", "index", str(folder), "--index", str(index)]
-    command += ["--model", MODEL, "--device", "cpu", "--batch-size", "2", "--json"]
+    command += ["--model", MODEL, "--device", "cpu", "--json"]
     return [*command, "--ray", heads.address]
 
 
@@ -112,62 +149,6 @@ def _wait_for_commit(driver: subprocess.Popen[str], index: Path) -> None:
         assert driver.poll() is None, driver.communicate()
         assert time.monotonic() < deadline, "no page was committed"
         time.sleep(0.05)
-
-
-@pytest.mark.slow  # two head nodes and two drivers with the tiny model, end to end
-@pytest.mark.e2e
-def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
-    heads: Heads, long_folder: Path, tmp_path: Path
-) -> None:
-    index = tmp_path / "index"
-    command = _driver(heads, long_folder, index)
-    driver = subprocess.Popen(
-        command, env=heads.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        _wait_for_commit(driver, index)
-        heads.kill()
-        stdout, stderr = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 1, stderr
-    [line] = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith(
-        f"error: RayClusterLostError: the Ray cluster at {heads.address} went away"
-    ), stderr
-    assert "run the same command again to resume" in line and "Traceback" not in stderr
-    assert json.loads(stdout) == {"index": str(index), "error": line.removeprefix("error: ")}
-    committed = _committed(index)
-    assert 0 < committed < LONG_PAGES
-    counts = COUNTS.search(line)
-    assert counts is not None, line
-    said, writing = int(counts[1]), int(counts[3] or 0)
-    assert committed in (said, said + writing)  # a batch being written: whole or not at all
-    failed: list[BaseException] = []
-
-    def restart() -> None:
-        try:
-            heads.start()  # a new head at the same address: the same command resumes
-        except BaseException as error:  # raised again below, in the test's thread
-            failed.append(error)
-
-    restarting = threading.Thread(target=restart, daemon=True)
-    restarting.start()  # while what the killed run kept is checked
-    try:
-        with VisualIndex.open(index, readonly=True, device="cpu") as kept:
-            assert kept.verify().ok and kept.store.count() == committed
-            assert len(kept.search("table", k=3)) == min(3, committed)
-    finally:
-        restarting.join()  # (the fixture's finalizer must see every head started)
-    if failed:
-        raise failed[0]
-    again = subprocess.run(command, env=heads.env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr
-    report = json.loads(again.stdout)
-    assert report["pages_indexed"] == LONG_PAGES - committed and report["failures"] == []
-    assert whole_and_verified(index) == LONG_PAGES
 
 
 def _dying_driver(json_report: dict | None, gcs: str, then: str = "os._exit(1)") -> list[str]:
@@ -252,3 +233,62 @@ def test_a_driver_that_reports_itself_leaves_the_watchdog_silent() -> None:
         _dying_driver({"index": "x"}, _closed_port(), then), capture_output=True, text=True
     )
     assert result.returncode == 3 and result.stdout == "" and result.stderr == ""
+
+
+@pytest.mark.slow  # two head nodes and two drivers with the tiny model, end to end
+@pytest.mark.e2e
+def test_a_killed_head_node_is_reported_and_the_same_command_resumes(
+    heads: Heads, long_folder: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "index"
+    # made here (batches of 2), so the drivers load no model (their actor encodes); this
+    # process loads it once, for the search below
+    VisualIndex.create(index, model=MODEL, batch_size=2, device="cpu").close()
+    command = _driver(heads, long_folder, index)
+    driver = subprocess.Popen(
+        command, env=heads.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for_commit(driver, index)
+        heads.kill()
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 1, stderr
+    [line] = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(
+        f"error: RayClusterLostError: the Ray cluster at {heads.address} went away"
+    ), stderr
+    assert "run the same command again to resume" in line and "Traceback" not in stderr
+    assert json.loads(stdout) == {"index": str(index), "error": line.removeprefix("error: ")}
+    committed = _committed(index)
+    assert 0 < committed < LONG_PAGES
+    counts = COUNTS.search(line)
+    assert counts is not None, line
+    said, writing = int(counts[1]), int(counts[3] or 0)
+    assert committed in (said, said + writing)  # a batch being written: whole or not at all
+    failed: list[BaseException] = []
+
+    def restart() -> None:
+        try:
+            heads.start()  # a new head at the same address: the same command resumes
+        except BaseException as error:  # raised again below, in the test's thread
+            failed.append(error)
+
+    restarting = threading.Thread(target=restart, daemon=True)
+    restarting.start()  # while what the killed run kept is checked
+    try:
+        with VisualIndex.open(index, readonly=True, device="cpu") as kept:
+            assert kept.verify().ok and kept.store.count() == committed
+            assert len(kept.search("table", k=3)) == min(3, committed)
+    finally:
+        restarting.join()  # (the fixture's finalizer must see every head started)
+    if failed:
+        raise failed[0]
+    again = subprocess.run(command, env=heads.env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["pages_indexed"] == LONG_PAGES - committed and report["failures"] == []
+    assert whole_and_verified(index) == LONG_PAGES
