@@ -48,3 +48,20 @@ def test_two_threads_answer_like_one(path, mode, kwargs):
     assert [[p for p, _ in r] for r in one] == [[p for p, _ in r] for r in two]
     for a, b in zip(one, two, strict=True):
         assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("n_tokens", [1, 2, 5, 20])
+def test_the_probe_split_over_two_threads_selects_what_one_pass_selects(path, n_tokens):
+    """`CandidateIndex.probe` selects each half of the query's tokens on its own thread: the
+    same cells, scores and floors, bit for bit, as `cells.probe` over the whole query."""
+    from vrag_compress.store.candidates import cells as cz
+
+    with LocalStore.open(path, readonly=True) as store:
+        index = store._centroids.current()
+        query = np.concatenate([vectors(i) for i in range(3)])[:n_tokens] + 0.01
+        whole = cz.probe(query, index.centroids, 6)
+        for threads in (1, 2):
+            split = index.probe(query, 6, threads)
+            for got, want in zip(split, whole, strict=True):
+                assert got.shape == want.shape
+                assert np.array_equal(got, want)
