@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from vrag_compress.cli import app
 from vrag_compress.extras import EXTRA_OF_MODULE
 
 DRIVER = """
@@ -81,7 +79,8 @@ for job in jobs.values():  # one child per extra, forked before vrag_compress is
     os.waitpid(pid, 0)
 """
 """Refuses the modules of an extra, then runs `vrag` commands through `cli.main` and writes
-their exit codes and stderr. One child process per extra, each forked from a parent that
+their exit codes and stderr. One child process per job (an extra, or none refused), each
+forked from a parent that
 imported torch and transformers once (none of the refused modules, nor vrag_compress: each
 child imports the CLI itself behind the refusing hook, as a fresh interpreter would)."""
 
@@ -118,19 +117,15 @@ def _commands(index: Path, pdf: Path, work: Path) -> list[tuple[list[str], str |
 
 @pytest.fixture(scope="module")
 def tiny_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """An index of a 5-page PDF (``estimate --sample 2`` samples two of its pages), and a
-    one-page PDF for the `index` commands."""
+    """Where an index of a 5-page PDF goes (``estimate --sample 2`` samples two of its pages;
+    the driver's first child builds it, so this process never loads torch), and a one-page PDF
+    for the `index` commands."""
     folder = tmp_path_factory.mktemp("docs")
     pdf = folder / "report.pdf"
     shutil.copy(shared_data / "pdfs" / "edge" / "multi_page.pdf", pdf)  # 5 pages
-    index = tmp_path_factory.mktemp("idx") / "idx"
-    result = CliRunner().invoke(
-        app, ["index", str(pdf), "--index", str(index), "--model", "tiny-colqwen2"]
-    )
-    assert result.exit_code == 0, result.output
     page = folder / "page.pdf"
     shutil.copy(shared_data / "pdfs" / "gov" / "scotus-transcript-p1.pdf", page)
-    return index, page
+    return tmp_path_factory.mktemp("idx") / "idx", page
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +133,13 @@ def every_extra_missing(
     tiny_index: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[list[tuple[list[str], str | None]], list[dict] | str]]:
     """extra -> (the commands run without it, their results), or the driver's stderr where a
-    child wrote no results: one `DRIVER` run for all extras."""
+    child wrote no results: one `DRIVER` run for all extras, whose first child (nothing
+    refused) indexes the 5-page PDF the others read."""
     index, pdf = tiny_index
-    tables, jobs = {}, {}
+    setup = tmp_path_factory.mktemp("setup") / "results.json"
+    build = ["index", str(pdf.with_name("report.pdf")), "--index", str(index)]
+    tables, jobs = {}, {"": {"modules": [], "argvs": [[*build, "--model", "tiny-colqwen2"]]}}
+    jobs[""]["out"] = str(setup)
     for extra in EXTRAS:
         work = tmp_path_factory.mktemp(f"without-{extra}")
         tables[extra] = [
@@ -160,8 +159,10 @@ def every_extra_missing(
         timeout=900,
         check=False,
     )
+    built = json.loads(setup.read_text()) if setup.exists() else run.stderr[-3000:]
+    assert isinstance(built, list) and built[0]["code"] == 0, built  # what every child reads
     found: dict[str, tuple[list[tuple[list[str], str | None]], list[dict] | str]] = {}
-    for extra, job in jobs.items():
+    for extra, job in list(jobs.items())[1:]:
         out = Path(job["out"])
         failed = f"exit {run.returncode}: {run.stderr[-3000:]}"
         found[extra] = (tables[extra], json.loads(out.read_text()) if out.exists() else failed)
