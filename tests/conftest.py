@@ -1,5 +1,5 @@
 """Shared fixtures: the real data folder (fail loudly when missing, never skip); and how the
-suite splits across pytest-xdist workers (`make test` runs ``-n 2 --dist loadfile``).
+suite splits across pytest-xdist workers (`make test` runs ``-n <cores + 1> --dist loadfile``).
 
 Each test module runs whole on one worker, so its module-scoped fixtures are built once. The
 modules of one `TOGETHER` group run on one worker, one after another: they start Ray clusters,
@@ -44,18 +44,22 @@ TOGETHER = {
 """Modules (by file name, in whichever folder under tests/) that must not run beside each other."""
 
 SLOWEST_FIRST = (
-    "test_distributed.py",
+    "test_distributed.py",  # the Ray group (about 250 s)
     "test_onnx_query.py",  # (second on the list: tests/test_suite_split.py checks the order)
-    "test_concurrent_search.py",
+    "test_concurrent_search.py",  # the timed-server group (about 130 s)
+    "test_bench_hybrid.py",
+    "test_eval_runner.py",
     "test_office.py",
-    "test_encoders.py",
-    "test_cli_startup.py",
-    "test_onnx_col_query.py",
-    "test_migrate_resume.py",
-    "test_langchain_example.py",
-    "test_langchain_readme.py",
+    "test_estimate_queries.py",
+    "test_index.py",
+    "test_bench_capture.py",
+    "test_bench_store.py",
     "test_wheels.py",
     "test_serve_browser.py",
+    "test_demo_retrieval.py",
+    "test_cli_startup.py",
+    "test_mcp.py",
+    "test_missing_extras.py",
 )
 """The longest modules, longest first; the others follow in the order pytest collects them."""
 
