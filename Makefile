@@ -47,6 +47,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt benchmarks/pyproject.toml \
 		-e 'integrations/llama-index/llama-index-retrievers-vrag-compress[dev]' \
 		-e integrations/llama-index/llama-index-postprocessor-vrag-compress \
 		-e 'integrations/langchain[test]'
+	$(BIN)/python tools/warm_caches.py  # numba's caches (ranx, the store's kernels), tiny models
 	touch $@ $(VENV)/.installed-demo
 
 # What `make demo` runs and nothing more: the package with the web server (`vrag serve`), the
