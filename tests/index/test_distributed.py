@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +79,28 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
+class BackgroundStart:
+    """A slow start (Ray nodes) run in a thread while other tests run; `join` waits for it and
+    raises in the test's thread what it raised."""
+
+    def __init__(self, start: Callable[[], None], what: str) -> None:
+        self.what = what
+        self.failed: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(start,), daemon=True)
+        self.thread.start()
+
+    def _run(self, start: Callable[[], None]) -> None:
+        try:
+            start()
+        except BaseException as error:  # raised again by `join`, in the test's thread
+            self.failed = error
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+        if self.failed is not None:
+            raise RuntimeError(f"{self.what} did not start") from self.failed
+
+
 class Cluster:
     """A head node and a second node, each a process group this test owns; the test process
     itself is joined to it as a driver."""
@@ -123,21 +145,11 @@ class Cluster:
         self.start_node("worker", "--address", self.address)
 
     def start_in_background(self) -> None:
-        def run() -> None:
-            try:
-                self.start_nodes()
-            except BaseException as error:  # raised again by `join`, in the test's thread
-                self.failed = error
-
-        self.failed: BaseException | None = None
-        self.starting = threading.Thread(target=run, daemon=True)
-        self.starting.start()
+        self.starting = BackgroundStart(self.start_nodes, "the Ray cluster")
 
     def join(self) -> None:
         """Wait for the nodes, then join the cluster as a driver."""
         self.starting.join()
-        if self.failed is not None:
-            raise RuntimeError("the Ray cluster did not start") from self.failed
         ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
         self.wait_for_nodes(2)
 

@@ -27,7 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.index.test_distributed import LONG, LONG_PAGES, MODEL, RAY, _committed, _env, _free_port
+from tests.index.test_distributed import (
+    LONG,
+    LONG_PAGES,
+    MODEL,
+    RAY,
+    BackgroundStart,
+    _committed,
+    _env,
+    _free_port,
+)
 from tests.index.test_distributed import _whole_and_verified as whole_and_verified
 from vrag_compress.index import VisualIndex
 
@@ -71,21 +80,10 @@ class Heads:
 
     def start_in_background(self) -> None:
         """`start` in a thread (`join` waits for it and raises what it raised)."""
-
-        def run() -> None:
-            try:
-                self.start()
-            except BaseException as error:  # raised again by `join`, in the test's thread
-                self.failed = error
-
-        self.failed: BaseException | None = None
-        self.starting = threading.Thread(target=run, daemon=True)
-        self.starting.start()
+        self.starting = BackgroundStart(self.start, "the Ray head")
 
     def join(self) -> None:
         self.starting.join()
-        if self.failed is not None:
-            raise RuntimeError("the Ray head did not start") from self.failed
 
     def kill(self) -> None:
         """SIGKILL every Ray process of the heads started so far."""
@@ -116,7 +114,8 @@ def starting_heads(request: pytest.FixtureRequest) -> Iterator[Heads | None]:
         started.start_in_background()
         yield started
     finally:
-        started.starting.join(timeout=300)  # (a head started after `clean` would be left running)
+        # (a head started after `clean` would be left running)
+        started.starting.thread.join(timeout=300)
         started.clean()  # even when starting the head failed half-way
 
 
