@@ -180,6 +180,23 @@ def write_subset(ds: BeirDataset, out: Path, queries: list[str], docs: set[str])
     return out
 
 
+def write_slice(
+    ds: BeirDataset,
+    out: Path,
+    n_queries: int,
+    n_extra: int,
+    *,
+    max_judged: int = 5,
+    also: tuple[str, ...] = (),
+) -> Path:
+    """`write_subset` of the first ``n_queries`` judged queries with at most ``max_judged``
+    judged documents each, those documents, the first ``n_extra`` of the corpus and ``also``:
+    a judged collection small enough to encode in a test, whose questions keep their answers."""
+    queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= max_judged][:n_queries]
+    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra]) | set(also)
+    return write_subset(ds, out, queries, keep)
+
+
 def load_hf_beir(name: str, split: str = "test") -> BeirDataset:
     """A ViDoRe BEIR dataset from the Hugging Face hub (configs corpus / queries / qrels)."""
     try:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import vrag_compress.cli  # noqa: F401  (registers the commands)
-from vrag_compress.beir import load_beir, write_subset
+from vrag_compress.beir import load_beir, write_slice
 from vrag_compress.cli.app import app
 from vrag_compress_bench.eval.runner import (
     BenchmarkError,
@@ -43,10 +43,7 @@ def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 6, n_extra: 
     """A small BEIR folder: the first judged queries with at most 5 judged docs each, those docs,
     some other docs and "471" (no text). About 36 docs, not the 66 of the first 6 queries: the
     runs on it check the reports' rows and how their figures relate, not their size."""
-    ds = load_beir(shared_data / "cranfield")
-    queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= 5][:n_queries]
-    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra]) | {"471"}
-    return write_subset(ds, out, queries, keep)
+    return write_slice(load_beir(shared_data / "cranfield"), out, n_queries, n_extra, also=("471",))
 
 
 def _check_schema(result: dict) -> None:

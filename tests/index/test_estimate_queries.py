@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vrag_compress.beir import load_beir, write_subset
+from vrag_compress.beir import load_beir, write_slice
 from vrag_compress.cli import app
 from vrag_compress.estimate import EstimateError, EstimateRow, RetentionEstimate, row_range
 from vrag_compress.estimate.questions import (
@@ -231,10 +231,7 @@ def _cranfield_slice(shared_data: Path, out: Path, n_queries: int = 8) -> Path:
     """The first judged queries with at most 5 judged documents each, those documents and 10
     others (about 40 documents to encode, not the 80 of the first queries: the run checks the
     report's figures and how they relate, which no larger corpus changes)."""
-    ds = load_beir(shared_data / "cranfield")
-    queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= 5][:n_queries]
-    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:10])
-    return write_subset(ds, out, queries, keep)
+    return write_slice(load_beir(shared_data / "cranfield"), out, n_queries, n_extra=10)
 
 
 def test_bench_estimate_gives_the_range_the_sampled_judgments_and_the_questions(

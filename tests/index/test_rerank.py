@@ -96,12 +96,9 @@ def test_candidates_by_id_by_image_and_by_file_page_and_the_ones_that_cannot_be_
 def _small_cranfield_slice(shared_data: Path, out: Path, n_queries: int, n_extra: int = 8) -> Path:
     """A BEIR folder of the first judged queries with at most 5 judged documents each, those
     documents and some others (about 25 documents to encode, not the 60 of the first queries)."""
-    from vrag_compress.beir import load_beir, write_subset
+    from vrag_compress.beir import load_beir, write_slice
 
-    ds = load_beir(shared_data / "cranfield")
-    queries = [q for q in ds.judged_queries() if len(ds.qrels[q]) <= 5][:n_queries]
-    keep = {d for q in queries for d in ds.qrels[q]} | set(ds.doc_ids[:n_extra])
-    return write_subset(ds, out, queries, keep)
+    return write_slice(load_beir(shared_data / "cranfield"), out, n_queries, n_extra)
 
 
 @pytest.mark.slow
