@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from vrag_compress import VisualIndex
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app
-from vrag_compress.serve.jobs import RECORD
+from vrag_compress.serve.jobs import RECORD, Job
 from vrag_compress.testing import WordEncoder
 
 KEY = "records-key"
@@ -173,3 +173,25 @@ def test_serve_starts_past_unreadable_records(law_copy, shared_data, monkeypatch
         assert len(client.get("/api/documents").json()["documents"]) == 1  # nothing indexed
     after = {job_id: (law_copy / "uploads" / job_id / RECORD).read_text() for job_id in bad}
     assert after == before
+
+
+def test_a_job_shows_it_ended_only_after_its_record_says_so(word_index, monkeypatch):
+    """Before, the writer set "done" and then wrote the record: a client that saw "done" could
+    find the old record, or list the upload folder with the record's temporary beside it (a CI
+    run found ``..job.json.<pid>.tmp``). Each end record is written slowly here, so the old
+    order is seen every time."""
+    index_dir, encoder = word_index
+    write = Job.save
+
+    def slow_save(job: Job) -> None:
+        if job.finished:
+            time.sleep(0.5)
+        write(job)
+
+    monkeypatch.setattr(Job, "save", slow_save)
+    with serve(index_dir, encoder) as client:
+        job = upload(client, encoder, "slow record")
+        assert wait_for(client, job)["state"] == "done"
+        folder = index_dir / "uploads" / job
+        assert json.loads((folder / RECORD).read_text())["state"] == "done"
+        assert sorted(p.name for p in folder.iterdir()) == [RECORD, "page.png"]

@@ -26,6 +26,7 @@ deletes run in whichever worker received them, under a lock shared by the proces
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -502,13 +503,14 @@ class JobQueue:
                     self._run(job)
                 except Exception as error:  # this job fails with the reason; the next ones run
                     log.exception("upload %s failed", job.id)
-                    job.state, job.error = "failed", self._reason(error)
-                    self._record_end(job)
+                    job.error = self._reason(error)
+                    self._end(job, "failed")
 
     def _run(self, job: Job) -> None:
         job.state = "running"
         if self.shared:
             self._record_end(job)  # other workers read the state from the record
+        crashed = False
         try:
             with self.open_writer() as writer:
                 writer.batch_size = upload_batch_size(job.n_pages, writer.batch_size)
@@ -522,8 +524,7 @@ class JobQueue:
                 )
         except Exception as error:  # lock held by `vrag index`, disk full, model errors...
             log.exception("upload %s failed", job.id)
-            job.error = self._reason(error)
-            job.state = "failed"
+            job.error, crashed = self._reason(error), True
         else:
             job.failures = [_public_failure(f, job, self.root) for f in report.failures]
             record = self.reader.store.document(job.doc_id)
@@ -531,9 +532,14 @@ class JobQueue:
                 job.path.unlink(missing_ok=True)  # the same content was indexed from another file
         job.password = None  # held no longer than the job runs
         job.pages_done = len(self.reader.store.page_ids(job.doc_id))
-        if job.state == "running":
-            job.state = "failed" if job.failures and job.pages_done == 0 else "done"
-        self._record_end(job)
+        failed = crashed or (job.failures and job.pages_done == 0)
+        self._end(job, "failed" if failed else "done")
+
+    def _end(self, job: Job, state: str) -> None:
+        """Record how ``job`` ended, then show it: a client that sees it ended finds its record
+        written, not a temporary beside it."""
+        self._record_end(dataclasses.replace(job, state=state))
+        job.state = state
 
     def _record_end(self, job: Job) -> None:
         """Keep how a job ended for its status after a restart (best effort: a full disk or a
