@@ -48,6 +48,17 @@ def test_queries_without_a_run_are_not_evaluated_but_empty_runs_score_zero() -> 
         evaluate(QRELS, {"other": {"d1": 1.0}})
 
 
+def test_tied_scores_are_ranked_in_the_run_order() -> None:
+    """40 tied documents (past the size where an unstable sort reorders them): the judged one
+    at the run's 31st place is outside the top 10, and first when the run puts it first."""
+    docs = [f"d{i}" for i in range(40)]
+    late = {d: 1.0 for d in docs}
+    early = {d: 1.0 for d in [docs[30], *docs[:30], *docs[31:]]}
+    qrels = {"q": {docs[30]: 1}}
+    assert evaluate(qrels, {"q": late}, ["ndcg@10", "mrr"]) == {"ndcg@10": 0.0, "mrr": 1 / 31}
+    assert evaluate(qrels, {"q": early}, ["ndcg@10"]) == {"ndcg@10": 1.0}
+
+
 def test_top_k_run_breaks_ties_by_document_order() -> None:
     run = top_k_run(np.array([0.5, 0.9, 0.5, 0.1]), ["a", "b", "c", "d"], k=3)
     assert list(run) == ["b", "a", "c"]
