@@ -4,8 +4,7 @@ gains, a document is relevant when its gain is > 0)."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -42,7 +41,7 @@ def evaluate_queries(
     if not queries:
         raise ValueError("no query of the run has relevance judgments")
     numbers: dict[str, int] = {}
-    judged = List([_rows(qrels[q], numbers, keep=lambda gain: gain > 0) for q in queries])
+    judged = List([_rows(qrels[q], numbers, positive_only=True) for q in queries])
     ranked = List([_rows(run[q], numbers) for q in queries])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numba's uint64 -> int64 cast notice
@@ -53,10 +52,12 @@ def evaluate_queries(
     return {name: float(np.mean(v)) for name, v in scores.items()}, per_query
 
 
-def _rows(values: dict[str, float], numbers: dict[str, int], keep: Any = None) -> np.ndarray:
+def _rows(
+    values: Mapping[str, float], numbers: dict[str, int], positive_only: bool = False
+) -> np.ndarray:
     """One query as ranx's array: [document number, value] rows, highest value first (a stable
     sort: ties stay in ``values``' order), documents numbered by first sight in ``numbers``."""
-    kept = [(d, float(v)) for d, v in values.items() if keep is None or keep(v)]
+    kept = [(d, float(v)) for d, v in values.items() if v > 0 or not positive_only]
     rows = np.array(
         [(numbers.setdefault(d, len(numbers)), v) for d, v in kept], dtype=np.float64
     ).reshape(-1, 2)
