@@ -33,6 +33,7 @@ TOGETHER = {
         "test_bench_ray.py",
         "test_office_frontends.py",
     ),
+    "cranfield": ("test_bench_hybrid.py", "test_eval_runner.py"),
     "timed-server": (
         "test_serve_slowloris.py",
         "test_concurrent_search.py",
@@ -41,7 +42,9 @@ TOGETHER = {
         "test_serve_crash.py",
     ),
 }
-"""Modules (by file name, in whichever folder under tests/) that must not run beside each other."""
+"""Modules (by file name, in whichever folder under tests/) that must not run beside each other,
+or that share a session fixture too costly to build on every worker: the "cranfield" modules
+read one MiniLM encoding of a Cranfield slice (tests/bench/conftest.py), made once per worker."""
 
 SLOWEST_FIRST = (
     "test_distributed.py",  # the Ray group (about 250 s)
