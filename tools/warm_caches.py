@@ -3,8 +3,8 @@ of the functions they call, and the tiny checkpoints. No test (and no first `vra
 then pays a compile, and parallel test workers do not each compile the same functions at once.
 
 Cold, on this 2-core machine: ranx's metrics 32.5 s, then 4.5 s per process with the cache
-(measured with an empty ``NUMBA_CACHE_DIR``); the store's kernels about 5 s. What numba cannot
-cache (ranx's typed containers) is still compiled in each process.
+(measured with an empty ``NUMBA_CACHE_DIR``); the store's kernels about 5 s. ranx's typed
+dictionaries, which numba cannot cache, are not used: the benchmarks give ranx its array form.
 """
 
 from __future__ import annotations
