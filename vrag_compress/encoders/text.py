@@ -79,10 +79,11 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
         repeat = query.shape[1] // key.shape[1]
         key = key.repeat_interleave(repeat, dim=1)
         value = value.repeat_interleave(repeat, dim=1)
-    logits = torch.matmul(query.float(), key.float().transpose(2, 3)) * scaling
+    # scaled before the product: [B, H, S, d] multiplications rather than [B, H, S, S]
+    logits = torch.matmul(query.float() * scaling, key.float().transpose(2, 3))
     mask = _additive_mask(attention_mask, logits.dtype)
     if mask is not None:
-        logits = logits + mask
+        logits.add_(mask)
     probs = torch.softmax(logits, dim=-1)
     del logits
     capture = _CAPTURE.get()
