@@ -8,6 +8,7 @@ every family in test_encoders.py through its parametrised fixture.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -19,8 +20,11 @@ from vrag_compress.encoders import (
     UnsupportedModelError,
     load_encoder,
 )
-from vrag_compress.encoders.capture import decoder_attention_modules
-from vrag_compress.encoders.colpali import ColEncoder
+
+if TYPE_CHECKING:
+    # the encoder modules import transformers: imported where used, so that collecting this
+    # module (in every pytest-xdist worker) costs no transformers import
+    from vrag_compress.encoders.colpali import ColEncoder
 
 SIZES = [(100, 80), (60, 190), (300, 200), (56, 56)]
 
@@ -119,6 +123,8 @@ def test_sliding_window_layers_attend_only_within_the_window(
 
 
 def test_qwen3_5_captures_only_its_softmax_attention_layers(encoders) -> None:
+    from vrag_compress.encoders.capture import decoder_attention_modules
+
     encoder = _encoder(encoders, "tiny-colqwen3_5")
     layer_types = encoder.model.config.text_config.layer_types
     assert layer_types.count("linear_attention") == 2 and len(layer_types) == 4

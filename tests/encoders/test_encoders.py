@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -17,13 +17,11 @@ from vrag_compress.encoders import (
     UnsupportedModelError,
     load_encoder,
 )
-from vrag_compress.encoders.capture import (
-    capture_attention,
-    forward_with_attention_maps,
-    stats_from_attention_maps,
-    use_streaming_attention,
-)
-from vrag_compress.encoders.colpali import ColEncoder, last_token_index
+
+if TYPE_CHECKING:
+    # the encoder modules import transformers: each test imports what it uses, so that collecting
+    # this module (in every pytest-xdist worker) costs no transformers import
+    from vrag_compress.encoders.colpali import ColEncoder
 
 # Different sizes and aspect ratios: ColQwen2 gets different token counts (left padding).
 SIZES = [(100, 80), (60, 190), (300, 200), (56, 56)]
@@ -56,6 +54,8 @@ def encoded(encoder: ColEncoder, done: dict[str, Any], *, with_stats: bool) -> l
 def eager(encoder: ColEncoder, done: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     """The processed batch of `_pages()`, its visual-token mask, and the embeddings and every
     layer's full attention map of an eager forward (the reference the captures must equal)."""
+    from vrag_compress.encoders.capture import forward_with_attention_maps
+
     if "eager" not in done:
         batch = encoder.process_pages(_pages())
         visual = batch["input_ids"] == encoder.image_token_id
@@ -115,6 +115,13 @@ def test_streaming_stats_equal_eager_attention_maps(
     encoder: ColEncoder, done: dict[str, Any], chunk_bytes: int
 ) -> None:
     """chunk_bytes=1 forces one visual row per chunk; the default takes all rows at once."""
+    from vrag_compress.encoders.capture import (
+        capture_attention,
+        stats_from_attention_maps,
+        use_streaming_attention,
+    )
+    from vrag_compress.encoders.colpali import last_token_index
+
     batch, visual, eager_embeddings, maps = eager(encoder, done)
     last = last_token_index(batch["attention_mask"])
     assert len(maps) == encoder.n_layers
@@ -133,6 +140,9 @@ def test_streaming_stats_equal_eager_attention_maps(
 
 
 def test_encode_pages_stats_match_reference(encoder: ColEncoder, done: dict[str, Any]) -> None:
+    from vrag_compress.encoders.capture import stats_from_attention_maps
+    from vrag_compress.encoders.colpali import last_token_index
+
     pages = encoded(encoder, done, with_stats=True)
     batch, visual, _, maps = eager(encoder, done)
     cent, eos = stats_from_attention_maps(maps, visual, last_token_index(batch["attention_mask"]))
@@ -196,7 +206,11 @@ def test_unsupported_architecture_raises(tmp_path) -> None:
 @pytest.mark.parametrize("kind", ["bool", "additive", "causal-none", "bidirectional-none"])
 def test_row_probabilities_match_a_full_softmax(kind: str) -> None:
     """The capture's per-row softmax agrees with a dense softmax for every mask form (GQA too)."""
-    from vrag_compress.encoders.capture import AttentionCapture, padding_safe_sdpa_mask
+    from vrag_compress.encoders.capture import (
+        AttentionCapture,
+        padding_safe_sdpa_mask,
+        stats_from_attention_maps,
+    )
 
     torch.manual_seed(0)
     batch, heads, kv_heads, seq, dim = 2, 4, 2, 9, 8
@@ -242,6 +256,7 @@ def test_row_probabilities_match_a_full_softmax(kind: str) -> None:
 
 def test_tiny_build_is_deterministic(tmp_path) -> None:
     from vrag_compress.encoders import build_tiny_model
+    from vrag_compress.encoders.colpali import ColEncoder
 
     a = build_tiny_model("colqwen2", tmp_path / "a", layers=1, heads=2)
     b = build_tiny_model("colqwen2", tmp_path / "b", layers=1, heads=2)

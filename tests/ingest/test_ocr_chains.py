@@ -2,52 +2,62 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import rapidocr_onnxruntime  # noqa: F401  (dev extra and integrations: fail, never skip)
-from langchain_core.documents import Document  # noqa: E402
-from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
-from langchain_core.output_parsers import StrOutputParser  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
-from langchain_core.runnables import RunnablePassthrough  # noqa: E402
-from langchain_vrag_compress import CompressedColPaliRetriever  # noqa: E402
-from pydantic import Field  # noqa: E402
 
-from vrag_compress import VisualIndex, get_compressor  # noqa: E402
+from vrag_compress import VisualIndex, get_compressor
+
+if TYPE_CHECKING:
+    from langchain_core.documents import Document
+    from langchain_core.language_models import BaseChatModel
+
+# LangChain, LlamaIndex and RapidOCR are imported where used, not at module level: collecting
+# this module runs in every pytest-xdist worker, and only the worker that runs it needs them.
 
 pytestmark = pytest.mark.slow  # end to end with real models and data
 
 SCAN_WORDS = ("docling", "json", "markdown", "contained", "package")
 
 
-class TextOnlyChatModel(BaseChatModel):
-    """A fake chat model that accepts only plain-text messages and records what it was sent."""
+@functools.cache
+def text_only_chat_model() -> type[BaseChatModel]:
+    """The class of `TextOnlyChatModel`, defined on first use (it subclasses LangChain's)."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import Field
 
-    prompts: list[str] = Field(default_factory=list)
+    class TextOnlyChatModel(BaseChatModel):
+        """A fake chat model that accepts only plain-text messages and records what it was sent."""
 
-    @property
-    def _llm_type(self) -> str:
-        return "text-only-fake"
+        prompts: list[str] = Field(default_factory=list)
 
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        for message in messages:
-            if not isinstance(message.content, str):
-                raise ValueError("this text-only model cannot read image content blocks")
-        prompt = "\n".join(str(m.content) for m in messages)
-        self.prompts.append(prompt)
-        answer = "Docling" if "docling" in prompt.lower() else "I don't know"
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(answer))])
+        @property
+        def _llm_type(self) -> str:
+            return "text-only-fake"
+
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
+            for message in messages:
+                if not isinstance(message.content, str):
+                    raise ValueError("this text-only model cannot read image content blocks")
+            prompt = "\n".join(str(m.content) for m in messages)
+            self.prompts.append(prompt)
+            answer = "Docling" if "docling" in prompt.lower() else "I don't know"
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(answer))])
+
+    return TextOnlyChatModel
 
 
 @pytest.fixture(scope="module")
 def scan_index(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     """A scanned PDF (OCR'd) and a born-digital one (text layer), indexed with `ocr="auto"`."""
+    import rapidocr_onnxruntime  # noqa: F401  (dev extra and integrations: fail, never skip)
+
     index = VisualIndex.create(
         tmp_path_factory.mktemp("ocr") / "idx",
         model="tiny-colqwen2",
@@ -74,8 +84,13 @@ def test_hits_carry_ocr_text(scan_index: VisualIndex):
 
 
 def test_lcel_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnablePassthrough
+    from langchain_vrag_compress import CompressedColPaliRetriever
+
     retriever = CompressedColPaliRetriever(index=scan_index, k=2)
-    llm = TextOnlyChatModel()
+    llm = text_only_chat_model()()
     prompt = ChatPromptTemplate.from_messages(
         [("system", "Answer only from these pages:\n\n{context}"), ("human", "{question}")]
     )
@@ -95,11 +110,13 @@ def test_lcel_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
 def test_create_retrieval_chain_gives_a_text_only_llm_the_ocr_text(scan_index: VisualIndex):
     from langchain_classic import chains
     from langchain_classic.chains import combine_documents as combine
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_vrag_compress import CompressedColPaliRetriever
 
     retriever = CompressedColPaliRetriever(
         index=scan_index, k=1, filter={"filename": "ocr_test.pdf"}
     )
-    llm = TextOnlyChatModel()
+    llm = text_only_chat_model()()
     prompt = ChatPromptTemplate.from_messages(
         [("system", "Context:\n{context}"), ("human", "{input}")]
     )

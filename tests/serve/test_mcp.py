@@ -5,6 +5,7 @@ subprocess on a loopback port, with the `vrag serve` host and key checks)."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import os
@@ -16,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import anyio
@@ -25,16 +26,15 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-pytest.importorskip("mcp", reason="the [mcp] extra (in the dev extra)")
+from vrag_compress import VisualIndex
+from vrag_compress.cli import app as cli
 
-from mcp import Client, StdioServerParameters  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
-
-from vrag_compress import VisualIndex  # noqa: E402
-from vrag_compress.cli import app as cli  # noqa: E402
-from vrag_compress.serve.mcp_server import build_server, page_uri  # noqa: E402
+# The MCP SDK (and the server module, which imports it) is imported by the tests that use it:
+# collecting this module runs in every pytest-xdist worker, and only one of them runs these tests.
+if importlib.util.find_spec("mcp") is None:
+    pytest.skip("the [mcp] extra (in the dev extra)", allow_module_level=True)
+if TYPE_CHECKING:
+    from mcp import Client
 
 KEY = "mcp-test-key"
 ENV = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -69,6 +69,8 @@ async def session_calls(client: Client) -> dict[str, Any]:
 
 
 def check_session(answers: dict[str, Any], index_dir: Path) -> None:
+    from vrag_compress.serve.mcp_server import page_uri
+
     assert answers["tools"] == ["get_page", "info", "list_documents", "search"]
     found = answers["found"]
     assert not found.is_error
@@ -87,11 +89,15 @@ def check_session(answers: dict[str, Any], index_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def served(index_dir: Path) -> Iterator[Any]:
+    from vrag_compress.serve.mcp_server import build_server
+
     with VisualIndex.open(index_dir, readonly=True) as index:
         yield build_server(index)
 
 
 def test_tools_answer_as_the_rest_api_does(served, index_dir):
+    from mcp import Client
+
     async def calls() -> dict[str, Any]:
         async with Client(served) as client:
             return await session_calls(client)
@@ -100,6 +106,8 @@ def test_tools_answer_as_the_rest_api_does(served, index_dir):
 
 
 def test_get_page_returns_the_image_its_text_and_where_a_query_matched(served):
+    from mcp import Client
+
     async def calls() -> Any:
         async with Client(served) as client:
             by_name = await client.call_tool(
@@ -125,6 +133,8 @@ def test_get_page_returns_the_image_its_text_and_where_a_query_matched(served):
 
 def test_search_with_an_image_finds_the_page_it_shows(served, index_dir):
     """A page's picture as the query: on this text-encoder index its words are read by OCR."""
+    from mcp import Client
+
     with VisualIndex.open(index_dir, readonly=True) as index:
         (court,) = [d for d in index.documents() if d.n_pages == 1]
         picture = index.page_image(court.doc_id, 1)
@@ -165,6 +175,8 @@ def test_search_with_an_image_finds_the_page_it_shows(served, index_dir):
     ],
 )
 def test_bad_arguments_are_tool_errors_and_the_server_goes_on(served, tool, arguments, words):
+    from mcp import Client
+
     async def calls() -> Any:
         async with Client(served) as client:
             answer = await client.call_tool(tool, arguments)
@@ -181,6 +193,11 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(served, tool, argu
 
 
 def test_page_images_are_resources(served):
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from vrag_compress.serve.mcp_server import page_uri
+
     async def calls() -> Any:
         async with Client(served) as client:
             templates = (await client.list_resource_templates()).resource_templates
@@ -220,6 +237,8 @@ def readme_client_entry() -> dict[str, Any]:
 @pytest.mark.slow
 def test_the_readme_configuration_starts_a_stdio_server_the_sdk_client_uses(index_dir):
     """What an MCP client does with the README's JSON: start the command, talk over stdio."""
+    from mcp import Client, StdioServerParameters
+
     entry = readme_client_entry()
     assert entry["command"] == "vrag" and entry["args"][0] == "mcp"
     found = shutil.which("vrag", path=str(Path(sys.executable).parent))
@@ -271,6 +290,10 @@ def http_server(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.mark.slow
 def test_streamable_http_subprocess_with_the_sdk_client(http_server, index_dir):
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
     async def calls() -> dict[str, Any]:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {KEY}"})
         async with (
@@ -314,7 +337,8 @@ def test_a_missing_index_is_one_error_line(tmp_path):
 
 
 def test_without_the_sdk_the_command_names_the_extra(index_dir, monkeypatch):
-    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")]:
+    # "mcp" itself even where no test imported the SDK yet: then no submodule imports either
+    for name in ["mcp", *[n for n in sys.modules if n.startswith("mcp.")]]:
         monkeypatch.setitem(sys.modules, name, None)  # `import mcp...` raises ImportError
     monkeypatch.delitem(sys.modules, "vrag_compress.serve.mcp_server", raising=False)
     result = CliRunner().invoke(cli, ["mcp", str(index_dir)])

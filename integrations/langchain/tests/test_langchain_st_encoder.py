@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
-from sentence_transformers import MultiVectorEncoder
 from vrag_compress import VisualIndex
 from vrag_compress.testing import tiny_multi_vector_encoder
 
@@ -13,6 +11,11 @@ from langchain_vrag_compress import CompressedColPaliRetriever
 
 
 def test_retriever_takes_a_multi_vector_encoder(shared_data: Path, tmp_path: Path) -> None:
+    # imported here, not at collection: Sentence Transformers (with scikit-learn and pandas)
+    # costs every pytest-xdist worker seconds of CPU, and only this test uses it
+    import vrag_compress.compat  # noqa: F401  (before transformers: torchvision guard)
+    from sentence_transformers import MultiVectorEncoder
+
     folder = tiny_multi_vector_encoder(tmp_path / "model")
     pdf = shared_data / "pdfs" / "gov" / "nics-background-checks-2015-11.pdf"
     with VisualIndex.create(tmp_path / "ix", model=f"st:{folder}", compressor="uot") as index:
