@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from qdrant_client.http.exceptions import ResponseHandlingException  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from vrag_compress.store import (  # noqa: E402
+from vrag_compress.store import (
     DocumentRecord,
     FilterError,
     LocalStore,
@@ -28,15 +27,17 @@ from vrag_compress.store import (  # noqa: E402
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from vrag_compress.store.migrate import compare_stores, copy_store  # noqa: E402
-from vrag_compress.store.open import open_store, read_store_pointer  # noqa: E402
-from vrag_compress.store.qdrant.access import (  # noqa: E402
+from vrag_compress.store.migrate import compare_stores, copy_store
+from vrag_compress.store.open import open_store, read_store_pointer
+from vrag_compress.store.qdrant.access import (
     QdrantUnavailableError,
     parse_qdrant_url,
     with_retries,
 )
-from vrag_compress.store.qdrant.store import QdrantStore  # noqa: E402
-from vrag_compress_bench.synthetic import clustered_pages, queries_for  # noqa: E402
+from vrag_compress_bench.synthetic import clustered_pages, queries_for
+
+# qdrant-client (with the Qdrant store, which imports it) is imported by the tests that use it:
+# collecting this module runs in every pytest-xdist worker, and few of them run these tests.
 
 DIM = 16
 CONFIG = {"dim": DIM, "model_id": "tiny/col"}
@@ -60,6 +61,8 @@ def synthetic_pages(n: int = 120, tokens: int = 8, seed: int = 3) -> tuple[list,
 @pytest.fixture
 def pair(tmp_path):
     """The same pages in an embedded store and a Qdrant local-mode store."""
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     pages, queries = synthetic_pages()
     local = LocalStore.create(tmp_path / "local", CONFIG)
     remote = QdrantStore.create(f"qdrant+local://{tmp_path / 'q'}", CONFIG, candidate="mean")
@@ -112,6 +115,8 @@ def test_exact_scores_equal_embedded_store(pair):
 def test_prefetch_rerank_scores_are_exact_maxsim(tmp_path, candidate):
     """Two-stage hits carry exact MaxSim scores; with a prefetch as large as the collection the
     ranking equals the exact one."""
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     pages, queries = synthetic_pages(60)
     with (
         LocalStore.create(tmp_path / "l", CONFIG) as local,
@@ -168,6 +173,8 @@ def test_deletes_and_upserts(pair):
 
 
 def test_errors_are_typed(tmp_path):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     url = f"qdrant+local://{tmp_path / 'q'}"
     with pytest.raises(StoreNotFoundError):
         QdrantStore.open(url)
@@ -189,6 +196,8 @@ def test_errors_are_typed(tmp_path):
 
 
 def test_retries_transient_errors_only():
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
     calls = []
 
     def flaky():
@@ -214,6 +223,8 @@ def test_retries_transient_errors_only():
 
 
 def test_migration_round_trip(tmp_path):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     pages, _ = synthetic_pages(50)
     with LocalStore.create(tmp_path / "src", CONFIG) as src:
         src.add(pages, documents=[DocumentRecord("d0", source="a.pdf", n_pages=10, complete=True)])
@@ -294,6 +305,8 @@ def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
     reason="set VRAG_QDRANT_URL=qdrant://host:6333/name to test a real server",
 )
 def test_real_server_round_trip():
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     base = os.environ["VRAG_QDRANT_URL"].rstrip("/")
     url = f"{base}_{uuid.uuid4().hex[:8]}"
     pages, queries = synthetic_pages(40)

@@ -4,6 +4,7 @@ what the real `qdrant-client` sends when `QdrantStore.create` makes a collection
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -12,10 +13,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("qdrant_client")
+from vrag_compress.store import StoreInputError
 
-from vrag_compress.store import StoreInputError  # noqa: E402
-from vrag_compress.store.qdrant.store import QdrantStore, url_options  # noqa: E402
+# find_spec, not importorskip: collecting this module (in every pytest-xdist worker) then costs
+# no qdrant-client import; the tests import the Qdrant store where they use it
+if importlib.util.find_spec("qdrant_client") is None:
+    pytest.skip("could not import 'qdrant_client'", allow_module_level=True)
 
 CONFIG = {"dim": 8, "model_id": "test"}
 
@@ -102,6 +105,8 @@ def server() -> Iterator[type[FakeQdrant]]:
 
 
 def test_the_url_sets_shards_replicas_and_on_disk_vectors(server: type[FakeQdrant]) -> None:
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     port = server.port  # type: ignore[attr-defined]
     url = f"qdrant://127.0.0.1:{port}/pages?shards=4&replicas=2&on_disk=true"
     store = QdrantStore.create(url, CONFIG, candidate="binary")
@@ -118,6 +123,8 @@ def test_the_url_sets_shards_replicas_and_on_disk_vectors(server: type[FakeQdran
 def test_keyword_arguments_win_over_the_url_and_defaults_send_nothing(
     server: type[FakeQdrant],
 ) -> None:
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     port = server.port  # type: ignore[attr-defined]
     QdrantStore.create(f"qdrant://127.0.0.1:{port}/a?shards=4", CONFIG, shards=2).close()
     assert server.collections["a"]["shard_number"] == 2
@@ -136,6 +143,8 @@ def test_keyword_arguments_win_over_the_url_and_defaults_send_nothing(
     ],
 )
 def test_bad_collection_options_are_one_line_errors(query: str, problem: str) -> None:
+    from vrag_compress.store.qdrant.store import url_options
+
     url = f"qdrant://db:6333/pages?{query}"
     with pytest.raises(StoreInputError) as caught:
         url_options(url)

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from qdrant_client import models
 
 from tests.store.test_store_hybrid import CONFIG, HOSTILE, TEXTS, pages, vec
 from vrag_compress.store import LocalStore, PageRecord, StoreInputError
 from vrag_compress.store.fusion import RRF_K
-from vrag_compress.store.qdrant.store import PAGES, TEXT, QdrantStore
+
+# qdrant-client (with the Qdrant store, which imports it) is imported by the tests that use it:
+# collecting this module runs in every pytest-xdist worker, and few of them run these tests.
 
 
 @pytest.fixture
 def pair(tmp_path):
     """The same pages (with text) in an embedded store and a Qdrant local-mode store."""
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     local = LocalStore.create(tmp_path / "local", CONFIG)
     remote = QdrantStore.create(f"qdrant+local://{tmp_path / 'q'}", CONFIG, candidate="none")
     for store in (local, remote):
@@ -59,6 +62,10 @@ def test_hybrid_has_the_embedded_store_contract(pair):
 def test_hybrid_ranking_equals_qdrant_own_rrf_fusion(pair):
     """Cross-check with Qdrant's fusion query API over the same two prefetches (Qdrant counts
     positions from 0, so its k=61 is our 60)."""
+    from qdrant_client import models
+
+    from vrag_compress.store.qdrant.store import PAGES, TEXT
+
     _, remote = pair
     from vrag_compress.store.lexical import sparse_query
 
@@ -111,6 +118,8 @@ def test_raw_fts_syntax_is_refused_clearly(pair):
 
 
 def test_a_collection_made_before_text_search_says_how_to_get_it(tmp_path):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     url = f"qdrant+local://{tmp_path / 'q'}"
     with QdrantStore.create(url, CONFIG) as store:
         store.add(pages({"a": "flat plate"}))
@@ -132,6 +141,8 @@ def test_text_is_not_required_on_every_page(pair):
 def test_hybrid_with_a_prefetched_visual_side(tmp_path):
     """`auto` past exact_max_pages: the visual side is itself a candidate prefetch + MaxSim
     rerank, nested inside the fusion query."""
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     url = f"qdrant+local://{tmp_path / 'q'}"
     with QdrantStore.create(url, CONFIG, candidate="mean", exact_max_pages=0) as store:
         store.add(pages())

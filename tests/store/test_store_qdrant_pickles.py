@@ -4,6 +4,7 @@ plain points is refused, on `vrag info`, `vrag verify`, `vrag migrate` and the P
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import sqlite3
@@ -11,21 +12,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-pytest.importorskip("qdrant_client")
-
-from typer.testing import CliRunner  # noqa: E402
-
-from vrag_compress import VisualIndex  # noqa: E402
-from vrag_compress.cli import app  # noqa: E402
-from vrag_compress.store import PageRecord  # noqa: E402
-from vrag_compress.store.qdrant.local_mode import (  # noqa: E402
+from vrag_compress import VisualIndex
+from vrag_compress.cli import app
+from vrag_compress.store import PageRecord
+from vrag_compress.store.qdrant.local_mode import (
     UntrustedStoreError,
     storage_files,
     vet_local_folder,
 )
-from vrag_compress.store.qdrant.store import QdrantStore  # noqa: E402
-from vrag_compress.testing import WordEncoder  # noqa: E402
+from vrag_compress.testing import WordEncoder
+
+# find_spec, not importorskip: collecting this module (in every pytest-xdist worker) then costs
+# no qdrant-client import; the tests import the Qdrant store where they use it
+if importlib.util.find_spec("qdrant_client") is None:
+    pytest.skip("could not import 'qdrant_client'", allow_module_level=True)
 
 
 class Touch:
@@ -93,6 +95,8 @@ def test_a_pickle_that_runs_code_is_refused_and_never_runs(index_dir, tmp_path, 
 
 
 def test_the_python_api_refuses_too(index_dir, tmp_path):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     marker = tmp_path / "MARKER"
     tamper(tmp_path / "q", Touch(marker))
     with pytest.raises(UntrustedStoreError, match="not a Qdrant point model"):
@@ -111,6 +115,8 @@ def test_the_python_api_refuses_too(index_dir, tmp_path):
     ],
 )
 def test_anything_but_a_point_is_refused(tmp_path, payload, says):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     with QdrantStore.create(f"qdrant+local://{tmp_path / 'q'}", {"dim": 4, "model_id": "m"}) as s:
         s.add([PageRecord("a", "d", 1, np.ones((2, 4), np.float32))])
     tamper(tmp_path / "q", payload)
@@ -119,6 +125,8 @@ def test_anything_but_a_point_is_refused(tmp_path, payload, says):
 
 
 def test_a_damaged_point_file_is_refused_with_its_name(tmp_path):
+    from vrag_compress.store.qdrant.store import QdrantStore
+
     with QdrantStore.create(f"qdrant+local://{tmp_path / 'q'}", {"dim": 4, "model_id": "m"}) as s:
         s.add([PageRecord("a", "d", 1, np.ones((2, 4), np.float32))])
     file = storage_files(tmp_path / "q")[0]
