@@ -238,28 +238,61 @@ def label_free(
 
 
 def add_range(rows: list[dict[str, Any]], kinds: list[Any]) -> None:
-    """Each row's label-free range: ``range_low`` / ``range_high`` over the kinds' estimates
-    (lead and keyword with ``--queries both``; one kind: its estimate at both ends), each kind's
-    figure under its name when there are two."""
+    """Each row's label-free range as `vrag estimate` gives it (`row_range`): ``range_low`` /
+    ``range_high`` from the lower end of the kinds' 90% intervals to the upper end (lead and
+    keyword with ``--queries both``; one kind: its estimate at both ends), each kind's figure
+    and interval under its name when there are two, and ``point_low`` / ``point_high`` between
+    the two estimates alone. With ``--draws`` the intervals are the draws' own, averaged
+    (`averaged`), which `vrag estimate`'s pooling never narrows."""
+    from dataclasses import replace
+
+    from vrag_compress.estimate import point_range, row_range
+
     for row, at in zip(rows, zip(*(k.rows for k in kinds), strict=True), strict=True):
-        values = [r.estimated for r in at]
-        row["range_low"], row["range_high"] = float(min(values)), float(max(values))
-        if len(kinds) > 1:
-            row.update({k.query_kind: r.estimated for k, r in zip(kinds, at, strict=True)})
+        both = len(kinds) > 1
+        joined = (
+            replace(at[0], keyword=at[1].estimated, keyword_low=at[1].low, keyword_high=at[1].high)
+            if both
+            else at[0]
+        )
+        row["range_low"], row["range_high"] = (float(v) for v in row_range(joined))
+        row["point_low"], row["point_high"] = (float(v) for v in point_range(joined))
+        if both:
+            for k, r in zip(kinds, at, strict=True):
+                row.update(
+                    {
+                        k.query_kind: r.estimated,
+                        f"{k.query_kind}_low": r.low,
+                        f"{k.query_kind}_high": r.high,
+                    }
+                )
         truth = row["measured"]
-        nearer = min(abs(truth - row["range_low"]), abs(truth - row["range_high"]))
-        inside = row["range_low"] <= truth <= row["range_high"]
-        row["outside_range_by"] = 0.0 if inside else float(nearer)
+        row["outside_range_by"] = _outside(truth, row["range_low"], row["range_high"])
+        row["outside_point_range_by"] = _outside(truth, row["point_low"], row["point_high"])
+
+
+def _outside(value: float, low: float, high: float) -> float:
+    """How far ``value`` lies outside [``low``, ``high``] (0 inside)."""
+    return 0.0 if low <= value <= high else float(min(abs(value - low), abs(value - high)))
 
 
 def add_judged_sample(
-    rows: list[dict[str, Any]], judged: dict[str, np.ndarray], n: int, seed: int, repeats: int = 200
+    rows: list[dict[str, Any]],
+    judged: dict[str, np.ndarray],
+    n: int,
+    seed: int,
+    repeats: int = 200,
+    level: float | None = None,
 ) -> dict[str, Any]:
-    """``judged_low`` / ``judged_high`` per row: the 90% interval from ``n`` random judged
-    questions (seeded), and whether it covers the figure from all of them; the summary also
-    says how often it covered over ``repeats`` other draws of ``n`` questions."""
+    """``judged_low`` / ``judged_high`` per row: the interval (``level``, default
+    `JUDGED_LEVEL`, as `vrag estimate --judged` gives it) from ``n`` random judged questions
+    (seeded), and whether it covers the figure from all of them; the summary also says how
+    often it covered over ``repeats`` other draws of ``n`` questions, and in what share of
+    those draws it covered at least 9 in 10 of the cells."""
     from vrag_compress.estimate import retention_interval
+    from vrag_compress.estimate.questions import JUDGED_LEVEL
 
+    level = JUDGED_LEVEL if level is None else level
     full = judged["uncompressed"]
     if n > len(full):
         raise typer.BadParameter(
@@ -267,23 +300,26 @@ def add_judged_sample(
         )
     rng = np.random.default_rng(seed)
     draws = [rng.choice(len(full), n, replace=False) for _ in range(repeats)]
-    covered, widths = [], []
-    for row in rows:
+    hits = np.zeros((repeats, len(rows)), dtype=bool)
+    widths = []
+    for col, row in enumerate(rows):
         per = judged[f"{row['method']}@{row['ratio']:g}"]
-        hits = []
         for i, picked in enumerate(draws):
-            low, high = retention_interval(per[picked], full[picked], seed)
-            hits.append(bool(low <= row["measured"] <= high))
+            low, high = retention_interval(per[picked], full[picked], seed, level)
+            hits[i, col] = low <= row["measured"] <= high
             if i == 0:
-                row.update(judged_low=low, judged_high=high, judged_sample_covers=hits[0])
+                row.update(
+                    judged_low=low, judged_high=high, judged_sample_covers=bool(hits[0, col])
+                )
                 widths.append(high - low)
-        covered.append(float(np.mean(hits)))
     return {
         "n_questions": n,
+        "level": level,
         "cells": len(rows),
-        "cells_covered": int(sum(r["judged_sample_covers"] for r in rows)),
+        "cells_covered": int(hits[0].sum()),
         "mean_width": float(np.mean(widths)),
-        "coverage_over_draws": float(np.mean(covered)),
+        "coverage_over_draws": float(hits.mean()),
+        "draws_covering_nine_in_ten": float(np.mean(hits.sum(axis=1) >= 0.9 * len(rows))),
         "draws": repeats,
     }
 
@@ -381,7 +417,7 @@ def estimate(
         None,
         "--judged-sample",
         min=2,
-        help="each row adds judged_low / judged_high: the 90%% interval of the judged retention "
+        help="each row adds judged_low / judged_high: the 95%% interval of the judged retention "
         "from this many random judged questions, and whether it covers the all-question figure",
     ),
     neighbours: int = typer.Option(5, help="pages near a pseudo-query's page counted relevant"),

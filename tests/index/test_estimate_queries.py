@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 
 from vrag_compress.beir import load_beir, write_slice
 from vrag_compress.cli import app
-from vrag_compress.estimate import EstimateError, EstimateRow, RetentionEstimate, row_range
+from vrag_compress.estimate import (
+    EstimateError,
+    EstimateRow,
+    RetentionEstimate,
+    point_range,
+    row_range,
+)
 from vrag_compress.estimate.questions import (
     agreement,
     judged_gains,
@@ -126,6 +132,60 @@ def test_identity_keeps_every_answer_and_random_at_a_small_ratio_does_not():
     assert "use random at 0.05 (judged retention@10" in enough.recommend(0.0)
 
 
+def test_the_judged_interval_is_the_95_percent_one_and_agreement_stays_at_90():
+    """The judged interval is what a user chooses by over many cells (JUDGED_LEVEL); the
+    agreement intervals keep the issue's 90%."""
+    from vrag_compress.estimate import maxsim_matrix, retention_interval
+    from vrag_compress.estimate.questions import JUDGED_LEVEL, mean_bootstrap
+
+    pages = _pages()
+    rng = np.random.default_rng(1)
+    queries = [p.vectors[rng.choice(len(p.vectors), 5, replace=False)] for p in pages[:20]]
+    gains = np.zeros((20, len(pages)))
+    gains[np.arange(20), np.arange(20)] = 1.0
+    (row,) = measure(
+        pages, queries, ["random"], [0.05], gains=gains, judged_rows=range(20), n_layers=4
+    )
+    from vrag_compress.compress import compressor_for
+    from vrag_compress.compress.budget_check import ndcg_at
+
+    kept = compressor_for("random", n_layers=4, ratio=0.05).compress_many(list(pages))
+    full = maxsim_matrix(queries, [p.vectors for p in pages])
+    scores = maxsim_matrix(queries, [c.vectors for c in kept])
+    per_full, per_kept = ndcg_at(full, gains, 10), ndcg_at(scores, gains, 10)
+    assert JUDGED_LEVEL == 0.95
+    assert (row.judged_low, row.judged_high) == pytest.approx(
+        retention_interval(per_kept, per_full, 0, 0.95)
+    )
+    narrower = retention_interval(per_kept, per_full, 0, 0.9)
+    assert row.judged_low < narrower[0] and narrower[1] < row.judged_high
+    _, ndcg = agreement(full, scores)
+    assert (row.ndcg_low, row.ndcg_high) == pytest.approx(mean_bootstrap(ndcg, 0, 0.9))
+
+
+def test_the_judged_sample_summary_counts_draws_that_cover_nine_in_ten_cells():
+    from vrag_compress.estimate import retention_interval
+    from vrag_compress_bench.estimate import add_judged_sample
+
+    rng = np.random.default_rng(0)
+    full = rng.random(60) + 0.2
+    judged = {"uncompressed": full, "uot@0.1": full * 0.95, "sap@0.1": full * rng.random(60)}
+    rows = [
+        {"method": m, "ratio": 0.1, "measured": float(judged[f"{m}@0.1"].mean() / full.mean())}
+        for m in ("uot", "sap")
+    ]
+    summary = add_judged_sample(rows, judged, 20, 0, repeats=30)
+    assert summary["level"] == 0.95 and summary["draws"] == 30
+    first = np.random.default_rng(0).choice(60, 20, replace=False)
+    want = retention_interval(judged["sap@0.1"][first], full[first], 0, 0.95)
+    assert (rows[1]["judged_low"], rows[1]["judged_high"]) == pytest.approx(want)
+    # with two cells, "9 in 10" means both: the share of draws covering both cells
+    assert summary["draws_covering_nine_in_ten"] <= summary["coverage_over_draws"]
+    at_90 = add_judged_sample([dict(r) for r in rows], judged, 20, 0, repeats=30, level=0.9)
+    assert at_90["coverage_over_draws"] <= summary["coverage_over_draws"]
+    assert at_90["mean_width"] < summary["mean_width"]
+
+
 def _ranged(lead: float, keyword: float) -> RetentionEstimate:
     row = EstimateRow(
         "uot",
@@ -144,17 +204,36 @@ def _ranged(lead: float, keyword: float) -> RetentionEstimate:
 
 
 def test_the_range_recommends_only_when_both_ways_of_asking_keep_the_target():
-    assert row_range(_ranged(0.99, 0.93).rows[0]) == (0.93, 0.99)
+    # lead 0.99 (0.97-1.01), keyword 0.93 (0.88-0.98): the range runs from interval to interval
+    assert row_range(_ranged(0.99, 0.93).rows[0]) == pytest.approx((0.88, 1.01))
+    assert point_range(_ranged(0.99, 0.93).rows[0]) == (0.93, 0.99)
     unsettled = _ranged(0.99, 0.93)
     text = unsettled.recommend(0.97)
-    assert "not settled" in text and "between 0.930 and 0.990" in text
+    assert "not settled" in text and "between 0.880 and 1.010" in text
+    assert "0.990 for topical questions, 0.930 for name or keyword lookups" in text
     assert "--queries-file" in text and not unsettled.recommends(0.97)
-    settled = _ranged(0.99, 0.98)
-    assert "use uot at 0.05 (between 0.980 and 0.990 depending on how your users ask" in (
+    settled = _ranged(1.0, 1.03)
+    assert "use uot at 0.05 (between 0.980 and 1.080 depending on how your users ask" in (
         settled.recommend(0.97)
     )
     assert settled.to_dict(0.97)["recommends"] is True
     assert "no method and ratio tried reaches it" in _ranged(0.9, 0.8).recommend(0.97)
+
+
+def test_both_point_estimates_clear_the_target_but_an_interval_does_not():
+    """Both figures at 0.99 and 0.98 kept 0.97 under the old range; the keyword estimate's own
+    interval reaches 0.93, so another page sample could put it under the target."""
+    close = _ranged(0.99, 0.98)
+    assert row_range(close.rows[0])[0] == pytest.approx(0.93)
+    assert not close.recommends(0.97) and "not settled" in close.recommend(0.97)
+
+
+def test_a_row_without_an_interval_uses_its_estimate_at_that_end():
+    row = _ranged(0.99, 0.93).rows[0]
+    row.keyword_low, row.keyword_high = None, float("nan")
+    assert row_range(row) == pytest.approx((0.93, 1.01))
+    single = EstimateRow("uot", 0.1, 0.95, 0.9, 1.0, 0.9, 0.9, 8.0)
+    assert row_range(single) == point_range(single) == (0.95, 0.95)
 
 
 @pytest.fixture(scope="module")
@@ -252,10 +331,17 @@ def test_bench_estimate_gives_the_range_the_sampled_judgments_and_the_questions(
     rows = {r["method"]: r for r in result["rows"]}
     uot = rows["uot:iters=4"]
     assert {"method", "ratio", "estimated", "measured", "range_low", "range_high"} <= set(uot)
-    assert uot["range_low"] == min(uot["lead"], uot["keyword"]) and uot["estimated"] == uot["lead"]
-    assert uot["range_high"] == max(uot["lead"], uot["keyword"])
+    assert uot["estimated"] == uot["lead"]
+    # the range runs from the lower end of the two estimates' intervals to the upper end
+    assert uot["range_low"] == min(uot["lead_low"], uot["keyword_low"])
+    assert uot["range_high"] == max(uot["lead_high"], uot["keyword_high"])
+    assert uot["point_low"] == min(uot["lead"], uot["keyword"])
+    assert uot["point_high"] == max(uot["lead"], uot["keyword"])
+    assert uot["range_low"] <= uot["point_low"] <= uot["point_high"] <= uot["range_high"]
     assert uot["judged_low"] <= uot["judged_high"] and "judged_sample_covers" in uot
-    assert result["judged_sample"]["n_questions"] == 5 and result["judged_sample"]["cells"] == 2
+    summary = result["judged_sample"]
+    assert summary["n_questions"] == 5 and summary["cells"] == 2 and summary["level"] == 0.95
+    assert 0.0 <= summary["draws_covering_nine_in_ten"] <= 1.0
     assert rows["identity"]["agreement_ndcg"] == rows["identity"]["sampled_judged"] == 1.0
     assert uot["agreement_overlap_low"] <= uot["agreement_overlap"] <= uot["agreement_overlap_high"]
     # every judged page is in the sample, so the sampled judged figure is close to all pages'

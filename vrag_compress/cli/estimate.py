@@ -89,6 +89,8 @@ def print_estimate(result, target: float, console: Console) -> None:  # noqa: AN
 
 
 def print_on_questions(result, target: float, console: Console) -> None:  # noqa: ANN001
+    from vrag_compress.estimate.questions import JUDGED_LEVEL
+
     judged = result.n_judged > 0
     table = Table(
         title=f"on your questions · {result.n_pages} of {result.collection_pages} pages · "
@@ -96,7 +98,7 @@ def print_on_questions(result, target: float, console: Console) -> None:  # noqa
     )
     columns = ["method", "ratio", "vectors/page", "top-10 kept (90%)", "NDCG@10 vs uncompressed"]
     if judged:
-        columns.append("judged retention@10 (90%)")
+        columns.append(f"judged retention@10 ({JUDGED_LEVEL:.0%})")
     for col in columns:
         table.add_column(col, justify="left" if col == "method" else "right")
     for row in result.rows:

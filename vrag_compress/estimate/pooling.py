@@ -22,7 +22,8 @@ BRACKET_NOTE = (
 )
 RANGE_ADVICE = (
     "range: how much a method keeps lies between the topical-question (lead) and the lookup "
-    "(keyword) figure depending on how your users ask; a figure on your users' own questions "
+    "(keyword) figure depending on how your users ask, each end with its 90% interval (one "
+    "sample of pages moves each figure); a figure on your users' own questions "
     "settles it: pass --queries-file FILE (one question a line), or --judged QRELS for judged "
     "retention"
 )
