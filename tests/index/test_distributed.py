@@ -10,6 +10,7 @@ teardown (`ray stop --force` would stop every Ray process on the machine, other 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -35,7 +36,10 @@ from vrag_compress.distributed import RayOptions
 from vrag_compress.index import VisualIndex
 from vrag_compress.store.local.catalog import CATALOG_NAME
 
-ray = pytest.importorskip("ray", reason="the [ray] extra (in dev) is not installed")
+# find_spec, not importorskip: the tests that use Ray in this process import it, so collecting
+# this module (in every pytest-xdist worker) costs no Ray import
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("the [ray] extra (in dev) is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # a real two-node cluster, real models
 
@@ -149,11 +153,15 @@ class Cluster:
 
     def join(self) -> None:
         """Wait for the nodes, then join the cluster as a driver."""
+        import ray
+
         self.starting.join()
         ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
         self.wait_for_nodes(2)
 
     def wait_for_nodes(self, count: int) -> None:
+        import ray
+
         deadline = time.monotonic() + 60
         while sum(node["Alive"] for node in ray.nodes()) != count:
             if time.monotonic() > deadline:
@@ -171,6 +179,8 @@ class Cluster:
 
     def stop(self) -> None:
         self.starting.join(timeout=300)  # a node started after this would be left running
+        import ray
+
         ray.shutdown()
         for name in ("worker", "head"):
             self.kill(name)
@@ -476,6 +486,8 @@ def test_a_hung_worker_stops_the_run_with_an_error_not_a_hang(
 
 def test_a_stalled_actor_gives_up_after_the_stall_timeout(cluster: Cluster) -> None:
     """`ActorPool.result` on an actor that never answers: `RayStalledError` after the timeout."""
+    import ray
+
     from vrag_compress.distributed import ActorPool, RayStalledError, WorkUnit
 
     @ray.remote(num_cpus=0)
