@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from vrag_compress.estimate.report import EstimateRow, RetentionEstimate
+from vrag_compress.estimate.report import RANGE_TERMS, EstimateRow, RetentionEstimate
 from vrag_compress.estimate.validation import POOL_ADVICE, bias_notes, fallback_note
 
 BRACKET_NOTE = (
@@ -22,7 +22,7 @@ BRACKET_NOTE = (
 )
 RANGE_ADVICE = (
     "range: how much a method keeps lies between the topical-question (lead) and the lookup "
-    "(keyword) figure depending on how your users ask, each end with its 90% interval (one "
+    f"(keyword) figure depending on how your users ask, {RANGE_TERMS} (one "
     "sample of pages moves each figure); a figure on your users' own questions "
     "settles it: pass --queries-file FILE (one question a line), or --judged QRELS for judged "
     "retention"
