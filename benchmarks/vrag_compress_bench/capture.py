@@ -1,7 +1,9 @@
 """`vrag bench capture`: memory and time of attention-statistics capture modes.
 
-Each mode runs in a fresh child process (same model, same input) so that the resident-set
-high-water mark (VmHWM, reset after loading) measures that mode's forward pass alone:
+Each mode runs in its own child process (same model, same input) so that the resident-set
+high-water mark (VmHWM, reset after loading) measures that mode's forward pass alone. The
+children are forked from one helper interpreter that has already imported torch, transformers
+and colpali_engine, so those imports (most of a child's CPU time) are paid once, not per mode:
   plain      the embedding forward (decoder SDPA), no statistics
   streaming  the same forward with streaming capture (attention statistics per layer)
   eager      the forward with an eager decoder, no statistics (the time yardstick)
@@ -15,9 +17,13 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 import typer
 
@@ -60,7 +66,7 @@ def bench_capture(
         "threads": threads,
     }
     results: dict[str, dict | None] = {}
-    with Progress(transient=True) as progress:
+    with Progress(transient=True) as progress, _ModeServer(spec) as server:
         task = progress.add_task("capture modes", total=len(MODES))
         for mode in MODES:
             progress.update(task, description=f"mode {mode}")
@@ -68,7 +74,7 @@ def bench_capture(
             if mode == "naive" and plain and _naive_bytes(plain) > naive_limit_gb * 2**30:
                 results[mode] = None
             else:
-                results[mode] = _run_child(mode, spec)
+                results[mode] = server.run(mode)
             progress.advance(task)
     report = _report(model, spec, results, naive_limit_gb)
     _print_table(Console(), report)
@@ -82,19 +88,65 @@ def _naive_bytes(plain: dict) -> float:
     return 4.0 * plain["layers"] * plain["heads"] * plain["seq_len"] ** 2
 
 
-def _run_child(mode: str, spec: dict) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run(
-        [sys.executable, "-m", "vrag_compress_bench.capture", mode, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if run.returncode != 0:
-        tail = run.stderr.strip().splitlines()[-5:]
-        raise typer.BadParameter(f"mode {mode} failed (exit {run.returncode}): {' | '.join(tail)}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+class _ModeServer:
+    """A helper interpreter (`--serve`) that imports the libraries once and forks one child per
+    mode, so each mode still gets a process (and a VmHWM) of its own without a fresh import."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # a file: a full pipe would block
+        env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "HF_HUB_OFFLINE": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vrag_compress_bench.capture", "--serve", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env=env,
+        )
+
+    def __enter__(self) -> _ModeServer:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def run(self, mode: str) -> dict:
+        """One mode's result, measured in a child forked for it; BadParameter when it fails."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(mode + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # the helper died while importing: its exit status and stderr say why
+        line = self.process.stdout.readline()
+        reply: dict[str, Any] = json.loads(line) if line.strip() else {"exit": self.process.wait()}
+        if "result" in reply:
+            return dict(reply["result"])
+        self.stderr.seek(0)
+        tail = self.stderr.read().strip().splitlines()[-5:]
+        raise typer.BadParameter(f"mode {mode} failed (exit {reply['exit']}): {' | '.join(tail)}")
+
+    def close(self) -> None:
+        """End the helper (end of its input) and drop its stderr file."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.stderr.close()
 
 
 def _report(model: str, spec: dict, results: dict, naive_limit_gb: float) -> dict:
@@ -124,7 +176,8 @@ def _report(model: str, spec: dict, results: dict, naive_limit_gb: float) -> dic
         "image_size": spec["image_size"],
         "threads": spec["threads"],
         "repeats": spec["repeats"],
-        "memory": "VmHWM of a fresh child process per mode, reset after loading the model",
+        "memory": "VmHWM of a child process per mode (forked from a helper that has only "
+        "imported the libraries), reset after loading the model",
     }
 
 
@@ -233,5 +286,63 @@ def _child(mode: str, spec: dict) -> dict:
     }
 
 
+def _preload() -> None:
+    """Import what every mode's child imports, before any fork: the bulk of a child's CPU.
+
+    Only imports: no tensor work runs here, so no OpenMP thread pool exists when we fork."""
+    import numpy  # noqa: F401
+    import PIL.Image  # noqa: F401
+    import torch  # noqa: F401
+
+    import vrag_compress.encoders  # noqa: F401
+    import vrag_compress.encoders.capture  # noqa: F401
+    import vrag_compress.encoders.colpali  # noqa: F401
+    import vrag_compress.encoders.tiny  # noqa: F401
+
+    try:
+        import colpali_engine.models  # noqa: F401
+    except ImportError:  # a model family that needs no colpali_engine still runs
+        pass
+
+
+def _fork_mode(mode: str, spec: dict) -> dict:
+    """Run one mode in a forked child; its result, or its exit status when it failed."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into the serve loop
+        os.close(read_end)
+        os.dup2(2, 1)  # stray prints must not reach the helper's reply stream
+        code = 1
+        try:
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(_child(mode, spec)))
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as reply:
+        text = reply.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return {"result": json.loads(text)} if code == 0 else {"exit": code}
+
+
+def _serve(spec: dict) -> None:
+    """Preload once, then answer each mode named on stdin with one JSON line on stdout."""
+    _preload()
+    for line in sys.stdin:
+        mode = line.strip()
+        if mode:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            print(json.dumps(_fork_mode(mode, spec)), flush=True)
+
+
 if __name__ == "__main__":
-    print(json.dumps(_child(sys.argv[1], json.loads(sys.argv[2]))))
+    if sys.argv[1] == "--serve":
+        _serve(json.loads(sys.argv[2]))
+    else:
+        print(json.dumps(_child(sys.argv[1], json.loads(sys.argv[2]))))
