@@ -54,8 +54,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[str, 
     # a captured log and output that UTF-8 cannot encode: xdist once stopped the whole run on it
     (tests / "test_odd_name.py").write_text(ODD_NAME + _module(1))
     modules["test_odd_name.py"] = 2
-    env = {**os.environ, "SPLIT_LOG": str(log)}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"]
+    # only xdist among the installed plugins: the copied conftest needs no other, and each of
+    # the three processes would otherwise import them all (hypothesis, syrupy, benchmark, ...)
+    env = {**os.environ, "SPLIT_LOG": str(log), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist"]
+    command += ["-n", "2"]
     command += ["--dist", "loadfile", "-c", os.devnull, "--rootdir", str(root), str(tests)]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
