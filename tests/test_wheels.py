@@ -16,7 +16,6 @@ import subprocess
 import sys
 import sysconfig
 import venv
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,18 +58,15 @@ def _run(*args: object, cwd: Path | None = None, env: dict[str, str] | None = No
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels and sdists of every distribution, built from copies of the sources (the builds
-    run side by side: each is a few processes that mostly start Python and setuptools)."""
+    """Wheels and sdists of every distribution, built from copies of the sources by `build`
+    (``python -m build --no-isolation``) in one process whose backend hooks run in processes
+    forked from it, not in fresh interpreters that import setuptools again (wheel_builds.py)."""
     out = tmp_path_factory.mktemp("dist")
     sources = tmp_path_factory.mktemp("src")
-
-    def build(project: Path) -> str:
-        copy = sources / project.name
+    copies = [sources / project.name for project in PROJECTS]
+    for project, copy in zip(PROJECTS, copies, strict=True):
         shutil.copytree(project, copy, ignore=NOT_SOURCE)
-        return _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, copy)
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(build, PROJECTS))
+    _run(sys.executable, Path(__file__).with_name("wheel_builds.py"), out, *copies)
     return out
 
 
