@@ -30,8 +30,10 @@ LibreOffice itself (``make system-deps-office``).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -96,6 +98,12 @@ _CONVERT_SECURELY = """<?xml version="1.0" encoding="UTF-8"?>
 <item oor:path="/org.openoffice.Office.Common/Misc">\
 <prop oor:name="UseLocking" oor:op="fuse"><value>false</value></prop></item>
 </oor:items>
+"""
+# The profile was last used by this LibreOffice (major.minor): otherwise every start counts as the
+# first after an upgrade and runs LibreOffice's graphics self-tests, over half of the CPU that a
+# conversion costs; they only write a log into the profile, which is thrown away.
+_LAST_VERSION = """<item oor:path="/org.openoffice.Setup/Product">\
+<prop oor:name="ooSetupLastVersion" oor:op="fuse"><value>{version}</value></prop></item>
 """
 # Slides hidden in the deck still get their page, so page N is slide N as the editor numbers it.
 _SLIDE_FILTER = 'pdf:impress_pdf_Export:{"ExportHiddenSlides":{"type":"boolean","value":"true"}}'
@@ -303,7 +311,7 @@ def _convert(soffice: str, path: Path, work: Path, limits: OfficeLimits) -> Path
     profile, source, out, scratch = work / "profile", work / "in", work / "out", work / "tmp"
     for folder in (profile / "user", source, out, scratch):
         folder.mkdir(parents=True)
-    (profile / "user" / "registrymodifications.xcu").write_text(_CONVERT_SECURELY)
+    (profile / "user" / "registrymodifications.xcu").write_text(_profile_settings(soffice))
     copy = source / f"document{path.suffix.lower()}"
     shutil.copyfile(path, copy)  # a plain name; and the bytes hashed are the bytes converted
     target = _SLIDE_FILTER if path.suffix.lower() in SLIDE_SUFFIXES else "pdf"
@@ -332,6 +340,31 @@ def _convert(soffice: str, path: Path, work: Path, limits: OfficeLimits) -> Path
         reason = f"LibreOffice failed on it (exit status {code})"
         raise ConversionError(reason, "open it in its application and save a fresh copy")
     return pdf
+
+
+def _profile_settings(soffice: str) -> str:
+    """The profile's registry: `_CONVERT_SECURELY`, plus `_LAST_VERSION` when it is known."""
+    version = _libreoffice_version(soffice)
+    if version is None:
+        return _CONVERT_SECURELY
+    last = _LAST_VERSION.format(version=version)
+    return _CONVERT_SECURELY.replace("</oor:items>", last + "</oor:items>")
+
+
+@functools.lru_cache(maxsize=4)
+def _libreoffice_version(soffice: str) -> str | None:
+    """The major.minor version of the LibreOffice that ``soffice`` starts, read from its
+    registry (``ooSetupVersion`` in main.xcd next to its program folder); None if not found."""
+    program = Path(soffice).resolve().parent
+    for registry in (program.parent / "share" / "registry", program.parent / "Resources"):
+        try:
+            text = (registry / "main.xcd").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.search(r'<prop oor:name="ooSetupVersion">\s*<value>(\d+\.\d+)</value>', text)
+        if found:
+            return found.group(1)
+    return None
 
 
 def _guards(limits: OfficeLimits) -> list[str]:
