@@ -422,6 +422,21 @@ def test_the_profile_disables_macros_before_libreoffice_starts() -> None:
     assert '"MacroSecurityLevel" oor:op="fuse"><value>3' in settings
 
 
+def test_the_profile_names_the_libreoffice_version_it_was_last_used_by(tmp_path: Path) -> None:
+    """So that no start counts as the first after an upgrade (LibreOffice's self-tests then run);
+    an install whose registry is not found gets the plain settings."""
+    program = tmp_path / "lo" / "program"
+    (tmp_path / "lo" / "share" / "registry").mkdir(parents=True)
+    program.mkdir()
+    (tmp_path / "lo" / "share" / "registry" / "main.xcd").write_text(
+        '<prop oor:name="ooSetupVersion">\n  <value>24.8</value>\n</prop>'
+    )
+    settings = office._profile_settings(str(program / "soffice"))
+    assert settings.startswith(office._CONVERT_SECURELY.removesuffix("</oor:items>\n"))
+    assert '"ooSetupLastVersion" oor:op="fuse"><value>24.8</value>' in settings
+    assert office._profile_settings(str(tmp_path / "bare" / "soffice")) == office._CONVERT_SECURELY
+
+
 # --- refused before conversion (fast: no LibreOffice starts) ------------------------------------
 
 

@@ -356,7 +356,10 @@ def _libreoffice_version(soffice: str) -> str | None:
     """The major.minor version of the LibreOffice that ``soffice`` starts, read from its
     registry (``ooSetupVersion`` in main.xcd next to its program folder); None if not found."""
     program = Path(soffice).resolve().parent
-    for registry in (program.parent / "share" / "registry", program.parent / "Resources"):
+    for registry in (
+        program.parent / "share" / "registry",
+        program.parent / "Resources" / "registry",
+    ):
         try:
             text = (registry / "main.xcd").read_text(encoding="utf-8", errors="replace")
         except OSError:
