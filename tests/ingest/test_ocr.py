@@ -267,3 +267,19 @@ def test_bench_ocr_reports_time_per_page_and_share(tmp_path: Path, shared_data: 
     assert payload["pages_indexed"] == payload["pages_ocrd"] == 1
     assert 0 < payload["ocr_s"] <= payload["index_s"] and 0 < payload["ocr_share"] <= 1
     assert payload["per_page"][0]["chars"] > 50 and payload["dpi"] == 72
+
+
+@pytest.mark.slow
+def test_a_blank_page_skips_the_detector_but_not_its_shape_checks(monkeypatch):
+    from rapidocr_onnxruntime.utils.process_img import ResizeImgError
+
+    engine = RapidOcrEngine()
+
+    def no_detector(*args: object) -> None:
+        raise AssertionError("the detector ran on a page with nothing on it")
+
+    monkeypatch.setattr(engine._engine, "text_det", no_detector)
+    assert engine.recognize(Image.new("RGB", (224, 300), "navy")) == []
+    assert engine.recognize(Image.new("L", (850, 1100), 255)) == []
+    with pytest.raises(ResizeImgError):  # as RapidOCR refuses this shape with ink on it
+        engine.recognize(Image.new("RGB", (3, 3000), "white"))

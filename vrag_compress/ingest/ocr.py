@@ -102,8 +102,25 @@ class RapidOcrEngine:
         """Text lines of one page. RapidOCR detects one image at a time and batches the
         recognition of that page's lines itself, so there is no cross-page batch to form.
         Tilted lines get their word spacing from the characters' boxes (see `line_text`)."""
-        result, _ = self._engine(image.convert("RGB"), return_word_box=True)
+        rgb = image.convert("RGB")
+        if is_blank(rgb):
+            return self._blank_page(rgb)
+        result, _ = self._engine(rgb, return_word_box=True)
         return [TextBox.from_quad(r[0], line_text(r), r[2]) for r in result or []]
+
+    def _blank_page(self, rgb: Image.Image) -> list[TextBox]:
+        """No lines, without running the detector (0.7 s of CPU on a blank 224x300 image, 2.9 s
+        on a blank letter page, which it scales up or down to the same size). RapidOCR's
+        resizing still runs first, so a shape it refuses fails as it does on a page with ink."""
+        self._engine.preprocess(np.asarray(rgb))
+        return []
+
+
+def is_blank(image: Image.Image) -> bool:
+    """Whether every pixel has one colour: a page with nothing on it to read."""
+    extrema = image.getextrema()
+    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
+    return all(low == high for low, high in bands)
 
 
 SKEW_DEGREES = 1.0
