@@ -183,6 +183,16 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+def test_a_relative_cache_folder_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LibreOffice gets its profile inside the cache as a file:// URI, which needs an absolute path
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(office.CACHE_ENV, "office-cache")
+    assert office.cache_dir() == tmp_path / "office-cache"
+    assert office.cached_pdf("ab" * 32).is_absolute()
+
+
 def only_on(pages: list[str], words: str, page_no: int) -> None:
     """``words`` are on page ``page_no`` (1-based) and on no other page."""
     found = [n for n, text in enumerate(pages, start=1) if words.split()[0] in text.lower()]

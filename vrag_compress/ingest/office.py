@@ -159,8 +159,8 @@ def find_soffice() -> str | None:
 def cache_dir() -> Path:
     """Where converted PDFs are kept: ``VRAG_OFFICE_CACHE``, else the user cache folder."""
     explicit = os.environ.get(CACHE_ENV, "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
+    if explicit:  # absolute: LibreOffice's profile is handed over as a file:// URI
+        return Path(explicit).expanduser().absolute()
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or Path.home() / ".cache"
     return Path(base) / "vrag-compress" / "office"
 
