@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -274,12 +275,28 @@ def test_migrate_cli_and_repoint(tmp_path):
 
 
 @pytest.mark.slow
+class ReadOnce:
+    """The real OCR engine, run once per distinct page image: both indexes below read the same
+    three pages, and OCR (not the store) was half of this test's CPU."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.name, self.read = engine, engine.name, {}
+
+    def recognize(self, image: Any) -> list:
+        key = (image.size, image.mode, image.tobytes())
+        if key not in self.read:
+            self.read[key] = self.engine.recognize(image)
+        return self.read[key]
+
+
 def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
     from vrag_compress import VisualIndex, get_compressor
     from vrag_compress.encoders import load_encoder
+    from vrag_compress.ingest.ocr import PageOcr, RapidOcrEngine
 
     images = sorted((shared_data / "vidore_arxivqa_sample" / "images").iterdir())[:3]
     encoder = load_encoder("tiny-colqwen2", device="cpu")
+    ocr = PageOcr("auto", engine=ReadOnce(RapidOcrEngine()))
     made = {}
     for name, store in (("embedded", None), ("qdrant", f"qdrant+local://{tmp_path / 'q'}")):
         index = VisualIndex.create(
@@ -288,7 +305,7 @@ def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
             encoder=encoder,
             store=store,
         )
-        index.add(images, progress=False)
+        index.add(images, progress=False, ocr=ocr)
         made[name] = [(h.page_id, round(h.score, 4)) for h in index.search("a chart", k=3)]
         index.close()
     assert made["qdrant"] == made["embedded"]
