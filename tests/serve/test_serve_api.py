@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from typer.testing import CliRunner
 
-from vrag_compress import VisualIndex, get_compressor
+from vrag_compress import VisualIndex
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app, is_loopback
 from vrag_compress.serve.guards import public_hit
@@ -38,13 +38,10 @@ def pdfs(shared_data: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def built(pdfs, tmp_path_factory) -> Path:
-    """A SAP index of one PDF, built once; each test serves a fresh copy of it."""
-    path = tmp_path_factory.mktemp("serve") / "base.vrag"
-    compressor = get_compressor("sap", ratio=0.25, layers=[0, 1])
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor=compressor) as index:
-        index.add([pdfs["scotus"]], metadata={"team": "law"}, progress=False, ocr="never")
-    return path
+def built(law_index: Path) -> Path:
+    """A SAP index of the court transcript (team=law): the session's `law_index`, the very
+    index this module used to build for itself; each test serves a fresh copy of it."""
+    return law_index
 
 
 @pytest.fixture()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from vrag_compress import VisualIndex
 from vrag_compress.cli import app as cli
 from vrag_compress.serve import ServeConfig, create_app
 
@@ -16,10 +16,11 @@ pytestmark = pytest.mark.slow  # a tiny model behind a real app
 
 
 @pytest.fixture(scope="module")
-def index_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def index_dir(law_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the session's tiny-model index: the wording under test does not depend on
+    which pages it holds, and the server may write beside them (so never the original)."""
     path = tmp_path_factory.mktemp("serve-messages") / "idx.vrag"
-    with VisualIndex.create(path, model="tiny-colqwen2", compressor="sap", ratio=0.25) as index:
-        index.add([shared_data / "pdfs" / "edge" / "multi_page.pdf"], progress=False, ocr="never")
+    shutil.copytree(law_index, path)
     return path
 
 
