@@ -69,8 +69,18 @@ def _additive_mask(attention_mask, dtype):  # noqa: ANN001, ANN202 (torch types 
     return attention_mask.to(dtype)
 
 
+PROBS_CHUNK_BYTES = 16 * 2**20
+"""The most bytes of attention probabilities one CPU product holds at a time. glibc serves
+blocks over its mmap threshold (at most 32 MiB) with fresh pages from the kernel, zeroed by page
+faults on first touch: a [B, H, S, S] block of a batch of 512-token texts (63 MB) cost more in
+faults than in arithmetic. Rows of the batch at a time stay under it, so the blocks are reused."""
+
+
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):  # noqa: ANN001, ANN201
-    """Eager attention that also reduces this layer's probabilities to the page statistics."""
+    """Eager attention that also reduces this layer's probabilities to the page statistics.
+
+    On the CPU the batch goes through in row chunks (`PROBS_CHUNK_BYTES`): every row's product,
+    softmax and statistics are the same as the whole batch's, bit for bit."""
     import torch
 
     if scaling is None:
@@ -80,30 +90,47 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
         key = key.repeat_interleave(repeat, dim=1)
         value = value.repeat_interleave(repeat, dim=1)
     # scaled before the product: [B, H, S, d] multiplications rather than [B, H, S, S]
-    logits = torch.matmul(query.float() * scaling, key.float().transpose(2, 3))
-    mask = _additive_mask(attention_mask, logits.dtype)
-    if mask is not None:
-        logits.add_(mask)
-    probs = torch.softmax(logits, dim=-1)
-    del logits
+    query = query.float() * scaling
+    key = key.float().transpose(2, 3)
+    mask = _additive_mask(attention_mask, query.dtype)
     capture = _CAPTURE.get()
+    batch, heads, length = query.shape[0], query.shape[1], query.shape[2]
+    step = batch
+    if query.device.type == "cpu":
+        step = max(1, PROBS_CHUNK_BYTES // (heads * length * key.shape[-1] * 4))
+    outputs, stats = [], []
+    for start in range(0, batch or 1, step):  # an empty batch: one empty product, as before
+        rows = slice(start, start + step)
+        logits = torch.matmul(query[rows], key[rows])
+        if mask is not None:
+            logits.add_(mask[rows] if mask.shape[0] == batch else mask)
+        probs = torch.softmax(logits, dim=-1)
+        del logits
+        if capture is not None:
+            stats.append(_reduce_rows(capture, rows, probs))
+        outputs.append(torch.matmul(probs.to(value.dtype), value[rows]))
     if capture is not None:
-        _reduce_layer(capture, int(module.layer_idx), probs)
-    output = torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
-    return output, None
+        layer = int(module.layer_idx)
+        capture.centrality[layer] = np.concatenate([indegree for indegree, _ in stats])
+        capture.eos[layer] = np.concatenate([eos for _, eos in stats])
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    return output.transpose(1, 2).contiguous(), None
 
 
-def _reduce_layer(capture: _Capture, layer: int, probs) -> None:  # noqa: ANN001
-    """Visual in-degree (sum over visual source rows, mean over heads) and the EOS row."""
+def _reduce_rows(capture: _Capture, rows: slice, probs) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Visual in-degree (sum over visual source rows, mean over heads) and the EOS row, of the
+    batch ``rows`` whose probabilities ``probs`` holds: two [rows, S] arrays."""
     import torch
 
-    visual = capture.visual.to(probs.device, probs.dtype)[:, None, None, :]  # [B, 1, 1, S]
-    indegree = torch.matmul(visual, probs)[:, :, 0, :].mean(dim=1)  # [B, S]: one product, not
-    # a [B, H, S, S] temporary summed over a strided axis (2.5x the encoding's time on the CPU)
-    rows = torch.arange(probs.shape[0], device=probs.device)
-    eos = probs[rows, :, capture.eos_index.to(probs.device), :].mean(dim=1)  # [B, S]
-    capture.centrality[layer] = indegree.detach().cpu().numpy().astype(np.float32)
-    capture.eos[layer] = eos.detach().cpu().numpy().astype(np.float32)
+    visual = capture.visual[rows].to(probs.device, probs.dtype)[:, None, None, :]  # [b, 1, 1, S]
+    indegree = torch.matmul(visual, probs)[:, :, 0, :].mean(dim=1)  # [b, S]: one product, not
+    # a [b, H, S, S] temporary summed over a strided axis (2.5x the encoding's time on the CPU)
+    index = torch.arange(probs.shape[0], device=probs.device)
+    eos = probs[index, :, capture.eos_index[rows].to(probs.device), :].mean(dim=1)  # [b, S]
+    return (
+        indegree.detach().cpu().numpy().astype(np.float32),
+        eos.detach().cpu().numpy().astype(np.float32),
+    )
 
 
 def _register_attention() -> None:
