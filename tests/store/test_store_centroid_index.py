@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,11 +39,20 @@ def ids_of(hits) -> list[str]:
     return [h.page_id for h in hits]
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """300 pages with a trained index, built (and closed) once for the module."""
+    path = tmp_path_factory.mktemp("centroid") / "s.vrag"
+    with LocalStore.create(path, CONFIG, **OPTIONS) as s:
+        s.add(records(range(300)))
+        s.optimize()
+    return path
+
+
 @pytest.fixture
-def store(tmp_path):
-    s = LocalStore.create(tmp_path / "s.vrag", CONFIG, **OPTIONS)
-    s.add(records(range(300)))
-    s.optimize()
+def store(built, tmp_path):
+    """A copy of `built` for each test to write to (building one took most of a test's CPU)."""
+    s = LocalStore.open(shutil.copytree(built, tmp_path / "s.vrag"), **OPTIONS)
     yield s
     s.close()
 
