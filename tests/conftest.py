@@ -34,6 +34,7 @@ TOGETHER = {
         "test_office_frontends.py",
     ),
     "cranfield": ("test_bench_hybrid.py", "test_eval_runner.py"),
+    "estimate": ("test_estimate.py", "test_estimate_queries.py"),
     "timed-server": (
         "test_serve_slowloris.py",
         "test_concurrent_search.py",
@@ -44,7 +45,8 @@ TOGETHER = {
 }
 """Modules (by file name, in whichever folder under tests/) that must not run beside each other,
 or that share a session fixture too costly to build on every worker: the "cranfield" modules
-read one MiniLM encoding of a Cranfield slice (tests/bench/conftest.py), made once per worker."""
+read one MiniLM encoding of a Cranfield slice (tests/bench/conftest.py), made once per worker;
+the "estimate" modules one ArxivQA index (`arxivqa_uot_index`)."""
 
 SLOWEST_FIRST = (
     "test_distributed.py",  # the Ray group (about 250 s)
