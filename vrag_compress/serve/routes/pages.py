@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,32 @@ def page_image(
             raise ApiError(404, f"page {show(page_id)} has no image inside the index")
         if path.is_file():
             return FileResponse(path, media_type=_mime(path))
-    image = page_picture(server, hit, page_id)
+    if path is not None and max_side:
+        try:
+            stat = path.stat()
+            key = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            return Response(_stored_thumbnail(*key, max_side), media_type="image/webp")
+        except (OSError, ValueError):  # missing or unreadable: answered below, with the reason
+            pass
+    return Response(_webp(page_picture(server, hit, page_id), max_side), media_type="image/webp")
+
+
+def _webp(image: Image.Image, max_side: int | None) -> bytes:
+    """The image as WebP, downsized to fit ``max_side`` when given."""
     if max_side:
         image.thumbnail((max_side, max_side))
     buffer = io.BytesIO()
     image.save(buffer, "WEBP", quality=80)
-    return Response(buffer.getvalue(), media_type="image/webp")
+    return buffer.getvalue()
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_thumbnail(path: str, mtime_ns: int, size: int, inode: int, max_side: int) -> bytes:
+    """A stored page image's thumbnail, kept per file version: every result card asks for one,
+    and decoding, resizing and re-encoding the full page each time was the cost of a search
+    page. The file's mtime, size and inode are in the key, so a replaced image is redone."""
+    with Image.open(path) as image:
+        return _webp(image.convert("RGB"), max_side)
 
 
 @router.get("/api/pages/{page_id:path}/explain")
