@@ -275,13 +275,14 @@ def http_server(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert process.poll() is None, log.read_text()
-            try:
-                httpx.get(f"{base}/mcp", timeout=5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.5)
+        with httpx.Client(timeout=5) as probe:  # one client: each `httpx.get` builds SSL anew
+            while time.monotonic() < deadline:
+                assert process.poll() is None, log.read_text()
+                try:
+                    probe.get(f"{base}/mcp")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.5)
         yield base
     finally:
         process.terminate()

@@ -61,14 +61,15 @@ def start_server(
             command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vrag serve exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.3)
+    with httpx.Client(timeout=5) as client:  # one client: each `httpx.get` built an SSL context
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"vrag serve exited: {log.read_text()[-2000:]}")
+            try:
+                if client.get(f"http://127.0.0.1:{port}/api/info").status_code == 200:
+                    return process
+            except httpx.HTTPError:
+                time.sleep(0.3)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
     raise RuntimeError(
