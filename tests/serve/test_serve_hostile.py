@@ -94,12 +94,23 @@ def fake_chat() -> Any:
     )
 
 
+@pytest.fixture(scope="module")
+def encoder(built: Path) -> Any:
+    """The index's own encoder, loaded once: each test's server gets a fresh copy of the index
+    but not a fresh model load, which these input checks never reach."""
+    with VisualIndex.open(built, readonly=True) as index:
+        return index.encoder
+
+
 @pytest.fixture()
-def client(index_dir, caplog):
+def client(index_dir, encoder, caplog):
     config = ServeConfig(index_dir, api_key=KEY, ocr="never")
     with (
         caplog.at_level(logging.INFO),
-        TestClient(create_app(config, chat_model=fake_chat()), base_url="http://127.0.0.1") as test,
+        TestClient(
+            create_app(config, encoder=encoder, chat_model=fake_chat()),
+            base_url="http://127.0.0.1",
+        ) as test,
     ):
         yield test
     assert_no_unhandled_errors(caplog)
