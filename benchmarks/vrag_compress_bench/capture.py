@@ -20,9 +20,8 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import typer
@@ -66,7 +65,7 @@ def bench_capture(
         "threads": threads,
     }
     results: dict[str, dict | None] = {}
-    with Progress(transient=True) as progress, _ModeServer(spec) as server:
+    with Progress(transient=True) as progress, closing(_ModeServer(spec)) as server:
         task = progress.add_task("capture modes", total=len(MODES))
         for mode in MODES:
             progress.update(task, description=f"mode {mode}")
@@ -104,17 +103,6 @@ class _ModeServer:
             text=True,
             env=env,
         )
-
-    def __enter__(self) -> _ModeServer:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def run(self, mode: str) -> dict:
         """One mode's result, measured in a child forked for it; BadParameter when it fails."""
