@@ -274,7 +274,6 @@ def test_migrate_cli_and_repoint(tmp_path):
     assert again.exit_code == 1 and "not an empty directory" in " ".join(again.output.split())
 
 
-@pytest.mark.slow
 class ReadOnce:
     """The real OCR engine, run once per distinct page image: both indexes below read the same
     three pages, and OCR (not the store) was half of this test's CPU."""
@@ -289,6 +288,7 @@ class ReadOnce:
         return self.read[key]
 
 
+@pytest.mark.slow
 def test_visual_index_over_qdrant_local(tmp_path, shared_data: Path):
     from vrag_compress import VisualIndex, get_compressor
     from vrag_compress.encoders import load_encoder
