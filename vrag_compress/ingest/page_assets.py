@@ -25,6 +25,7 @@ from vrag_compress.defaults import (
     DEFAULT_IMAGE_FORMAT,
     DEFAULT_IMAGE_MAX_SIDE,
     DEFAULT_RENDERER,
+    WEBP_METHOD,
 )
 from vrag_compress.durable import atomic_write, fsync_folder
 from vrag_compress.encoders.base import PageEncoding
@@ -133,7 +134,9 @@ class PageAssets:
         copy = image.convert("RGB")
         copy.thumbnail((self.max_side, self.max_side))
         buffer = io.BytesIO()
-        copy.save(buffer, IMAGE_FORMATS[self.format], quality=self.quality)
+        pil_format = IMAGE_FORMATS[self.format]
+        effort = {"method": WEBP_METHOD} if pil_format == "WEBP" else {}
+        copy.save(buffer, pil_format, quality=self.quality, **effort)
         return StoredImage(buffer.getvalue(), image.size)
 
     def save(

@@ -33,6 +33,7 @@ from PIL import Image
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from vrag_compress.defaults import WEBP_METHOD
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import Hit, VisualIndex, VisualIndexError
 from vrag_compress.ingest import IngestError
@@ -202,7 +203,7 @@ class IndexTools:
             image = image.copy()
             image.thumbnail((max_side, max_side))
         buffer = io.BytesIO()
-        image.convert("RGB").save(buffer, "WEBP", quality=80)
+        image.convert("RGB").save(buffer, "WEBP", quality=80, method=WEBP_METHOD)
         return buffer.getvalue()
 
     def get_page(

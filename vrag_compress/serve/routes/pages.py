@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, Response
 from PIL import Image
 
+from vrag_compress.defaults import WEBP_METHOD
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndexError
 from vrag_compress.ingest import IngestError
@@ -80,7 +81,7 @@ def _webp(image: Image.Image, max_side: int | None) -> bytes:
     if max_side:
         image.thumbnail((max_side, max_side))
     buffer = io.BytesIO()
-    image.save(buffer, "WEBP", quality=80)
+    image.save(buffer, "WEBP", quality=80, method=WEBP_METHOD)
     return buffer.getvalue()
 
 
