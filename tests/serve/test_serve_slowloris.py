@@ -61,14 +61,15 @@ def server(law_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert process.poll() is None, log.read_text()[-3000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"vrag serve did not start: {log.read_text()[-3000:]}")
+        with httpx.Client(timeout=5) as poll:  # one client: each `httpx.get` built an SSL context
+            while time.monotonic() < deadline:
+                assert process.poll() is None, log.read_text()[-3000:]
+                with contextlib.suppress(httpx.HTTPError):
+                    if poll.get(f"http://127.0.0.1:{port}/api/info").status_code == 200:
+                        break
+                time.sleep(0.5)
+            else:
+                pytest.fail(f"vrag serve did not start: {log.read_text()[-3000:]}")
         yield port
     finally:
         os.killpg(process.pid, signal.SIGTERM)

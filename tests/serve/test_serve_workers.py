@@ -4,6 +4,7 @@ delete) made through either is visible through both."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from pathlib import Path
 
@@ -16,6 +17,9 @@ pytestmark = pytest.mark.e2e  # two real server processes
 
 KEY = "workers-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+TLS = ssl.create_default_context()
+"""One SSL context for every client `by_role` opens (each client would build its own: 40 ms of
+CPU, and `by_role` may open dozens before the kernel hands a connection to the other worker)."""
 
 
 def by_role(base: str, path: str, **params: str) -> dict[bool, dict]:
@@ -24,7 +28,7 @@ def by_role(base: str, path: str, **params: str) -> dict[bool, dict]:
     seen: dict[bool, dict] = {}
     deadline = time.monotonic() + 120
     while len(seen) < 2 and time.monotonic() < deadline:
-        with httpx.Client(base_url=base, timeout=60) as http:  # one kept-alive connection
+        with httpx.Client(base_url=base, timeout=60, verify=TLS) as http:  # one connection
             role = http.get("/api/info").json()["server"]["indexes_uploads"]
             if role not in seen:
                 answer = http.get(path, params=params)
@@ -42,11 +46,12 @@ def test_two_workers_share_one_index_and_see_each_others_writes(shared_data, tmp
     base = f"http://127.0.0.1:{port}"
     options = ["--model", "tiny-colqwen2", "--workers", "2", "--api-key", KEY, "--ocr", "never"]
     server = start_server(index_dir, port, log, *options, timeout=900)
+    http = httpx.Client(base_url=base, verify=TLS)  # the job polls reuse one connection
     try:
         empty = by_role(base, "/api/documents")
         assert empty[True] == empty[False] == {"documents": []}
-        posted = httpx.post(
-            f"{base}/api/documents",
+        posted = http.post(
+            "/api/documents",
             files={"file": (pdf.name, pdf.read_bytes(), "application/pdf")},
             headers=AUTH,
             timeout=60,
@@ -56,7 +61,7 @@ def test_two_workers_share_one_index_and_see_each_others_writes(shared_data, tmp
         status: dict = {}
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # any worker answers the job from its record
-            status = httpx.get(f"{base}/api/jobs/{job}", timeout=30).json()
+            status = http.get(f"/api/jobs/{job}", timeout=30).json()
             if status["state"] in ("done", "failed"):
                 break
             time.sleep(0.2)
@@ -69,13 +74,14 @@ def test_two_workers_share_one_index_and_see_each_others_writes(shared_data, tmp
         hits = by_role(base, "/api/search", q="page", k="2")
         for answer in hits.values():
             assert [h["doc_id"] for h in answer["hits"]] == [doc_id, doc_id]
-        deleted = httpx.delete(f"{base}/api/documents/{doc_id}", headers=AUTH, timeout=60)
+        deleted = http.delete(f"/api/documents/{doc_id}", headers=AUTH, timeout=60)
         assert deleted.status_code == 200 and deleted.json()["pages_deleted"] > 1
         after = by_role(base, "/api/documents")
         assert after[True] == after[False] == {"documents": []}
-        unknown = httpx.get(f"{base}/api/jobs/..etc", timeout=30)  # never read as a path
+        unknown = http.get("/api/jobs/..etc", timeout=30)  # never read as a path
         assert unknown.status_code == 404 and unknown.json()["error"].startswith("no job")
     finally:
+        http.close()
         server.terminate()
         server.wait(60)
     uploads = [p for p in Path(index_dir, "uploads").iterdir() if p.is_dir()]
