@@ -107,7 +107,7 @@ def derive(source: Path, kind: str, folder: Path) -> Path:
     soffice = office.find_soffice()
     if soffice is None:
         sys.exit(f"LibreOffice is not installed: {office.INSTALL_HINT}")
-    profile = folder / ".profile"
+    profile = office.write_profile(folder / ".profile", soffice)
     command = [soffice, f"-env:UserInstallation={profile.as_uri()}", "--headless", "--norestore"]
     command += ["--convert-to", kind, "--outdir", str(folder), str(source)]
     subprocess.run(command, capture_output=True, timeout=300, check=True)

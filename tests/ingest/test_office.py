@@ -108,10 +108,8 @@ def write_rtf(path: Path, pages: list[str]) -> Path:
 def convert_with_soffice(source: Path, suffix: str, out: Path) -> Path:
     """A copy of ``source`` in another Office format (for the kinds no Python writer makes).
     Its profile has the library's settings, which spare LibreOffice's start-up self-tests."""
-    profile = out / ".profile"
     soffice = office.find_soffice() or "soffice"
-    (profile / "user").mkdir(parents=True)
-    (profile / "user" / "registrymodifications.xcu").write_text(office._profile_settings(soffice))
+    profile = office.write_profile(out / ".profile", soffice)
     command = [
         soffice,
         f"-env:UserInstallation={profile.as_uri()}",

@@ -309,9 +309,9 @@ def _compound_has(path: Path, name: bytes, limit: int = 64 << 20) -> bool:
 def _convert(soffice: str, path: Path, work: Path, limits: OfficeLimits) -> Path:
     """Run LibreOffice on a copy of ``path`` inside ``work``; the PDF it wrote."""
     profile, source, out, scratch = work / "profile", work / "in", work / "out", work / "tmp"
-    for folder in (profile / "user", source, out, scratch):
+    for folder in (source, out, scratch):
         folder.mkdir(parents=True)
-    (profile / "user" / "registrymodifications.xcu").write_text(_profile_settings(soffice))
+    write_profile(profile, soffice)
     copy = source / f"document{path.suffix.lower()}"
     shutil.copyfile(path, copy)  # a plain name; and the bytes hashed are the bytes converted
     target = _SLIDE_FILTER if path.suffix.lower() in SLIDE_SUFFIXES else "pdf"
@@ -340,6 +340,16 @@ def _convert(soffice: str, path: Path, work: Path, limits: OfficeLimits) -> Path
         reason = f"LibreOffice failed on it (exit status {code})"
         raise ConversionError(reason, "open it in its application and save a fresh copy")
     return pdf
+
+
+def write_profile(profile: Path, soffice: str) -> Path:
+    """A fresh LibreOffice user profile at ``profile`` with this module's settings (macros
+    off, no links or network; the version ``soffice`` is, which spares each start the
+    first-start self-tests); pass it as ``-env:UserInstallation=<its URI>``. A profile used
+    before keeps its other files; its settings are written again."""
+    (profile / "user").mkdir(parents=True, exist_ok=True)
+    (profile / "user" / "registrymodifications.xcu").write_text(_profile_settings(soffice))
+    return profile
 
 
 def _profile_settings(soffice: str) -> str:
