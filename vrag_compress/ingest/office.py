@@ -343,10 +343,10 @@ def _convert(soffice: str, path: Path, work: Path, limits: OfficeLimits) -> Path
 
 
 def write_profile(profile: Path, soffice: str) -> Path:
-    """A fresh LibreOffice user profile at ``profile`` with this module's settings (macros
-    off, no links or network; the version ``soffice`` is, which spares each start the
-    first-start self-tests); pass it as ``-env:UserInstallation=<its URI>``. A profile used
-    before keeps its other files; its settings are written again."""
+    """A LibreOffice user profile at ``profile`` with this module's settings (macros off, no
+    links or network; the version ``soffice`` is, which spares each start the first-start
+    self-tests); pass it as ``-env:UserInstallation=<its URI>``. A profile used before keeps
+    its other files; its settings are written again."""
     (profile / "user").mkdir(parents=True, exist_ok=True)
     (profile / "user" / "registrymodifications.xcu").write_text(_profile_settings(soffice))
     return profile
