@@ -86,6 +86,14 @@ def image_base64(
     return base64.b64encode(buffer.getvalue()).decode("ascii"), MIME_TYPES[pil_format]
 
 
+def encode_image(image: Image.Image, pil_format: str = "WEBP", quality: int = 80) -> bytes:
+    """``image`` as the bytes of a ``pil_format`` file; WebP at the effort `WEBP_METHOD`."""
+    effort = {"method": WEBP_METHOD} if pil_format == "WEBP" else {}
+    buffer = io.BytesIO()
+    image.save(buffer, pil_format, quality=quality, **effort)
+    return buffer.getvalue()
+
+
 class PageAssets:
     """Reads and writes per-page files under ``images/`` and ``layouts/`` of an index folder."""
 
@@ -133,11 +141,7 @@ class PageAssets:
             return StoredImage(None, image.size)
         copy = image.convert("RGB")
         copy.thumbnail((self.max_side, self.max_side))
-        buffer = io.BytesIO()
-        pil_format = IMAGE_FORMATS[self.format]
-        effort = {"method": WEBP_METHOD} if pil_format == "WEBP" else {}
-        copy.save(buffer, pil_format, quality=self.quality, **effort)
-        return StoredImage(buffer.getvalue(), image.size)
+        return StoredImage(encode_image(copy, IMAGE_FORMATS[self.format], self.quality), image.size)
 
     def save(
         self,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 import logging
 from collections.abc import Callable
@@ -33,10 +32,10 @@ from PIL import Image
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from vrag_compress.defaults import WEBP_METHOD
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import Hit, VisualIndex, VisualIndexError
 from vrag_compress.ingest import IngestError
+from vrag_compress.ingest.page_assets import encode_image
 from vrag_compress.messages import EMPTY_QUERY
 from vrag_compress.serve import HostError, is_loopback
 from vrag_compress.serve.guards import (
@@ -202,9 +201,7 @@ class IndexTools:
         if max_side:
             image = image.copy()
             image.thumbnail((max_side, max_side))
-        buffer = io.BytesIO()
-        image.convert("RGB").save(buffer, "WEBP", quality=80, method=WEBP_METHOD)
-        return buffer.getvalue()
+        return encode_image(image.convert("RGB"))
 
     def get_page(
         self, document: str, page: int, query: str | None = None, max_side: int | None = None

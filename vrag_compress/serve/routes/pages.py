@@ -11,10 +11,10 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse, Response
 from PIL import Image
 
-from vrag_compress.defaults import WEBP_METHOD
 from vrag_compress.encoders.errors import EncoderLoadError
 from vrag_compress.index import VisualIndexError
 from vrag_compress.ingest import IngestError
+from vrag_compress.ingest.page_assets import encode_image
 from vrag_compress.serve.deps import READS, ApiError, server_of
 from vrag_compress.serve.guards import public_path
 from vrag_compress.serve.server import Server
@@ -80,9 +80,7 @@ def _webp(image: Image.Image, max_side: int | None) -> bytes:
     """The image as WebP, downsized to fit ``max_side`` when given."""
     if max_side:
         image.thumbnail((max_side, max_side))
-    buffer = io.BytesIO()
-    image.save(buffer, "WEBP", quality=80, method=WEBP_METHOD)
-    return buffer.getvalue()
+    return encode_image(image)
 
 
 @functools.lru_cache(maxsize=256)
