@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vrag_compress.shared_data",
         "vrag_compress.microbatch",
         "vrag_compress.snippets",
+        "vrag_compress.threads",
     ),
     ("vrag_compress.scoring.*",),
     (  # the store's contract: what every backend and every caller shares

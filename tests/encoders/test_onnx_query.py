@@ -44,8 +44,10 @@ def test_onnx_query_vectors_equal_the_torch_encoder(
     from vrag_compress.encoders.onnx_query import load_onnx_query_encoder
 
     monkeypatch.setenv("VRAG_CACHE_DIR", str(exported["cache"]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # onnxruntime would take a thread per core
     onnx = load_onnx_query_encoder("minilm")
     assert onnx is not None
+    assert onnx.session.get_session_options().intra_op_num_threads == 1
     torch_vectors = load_encoder("minilm", device="cpu").encode_queries(QUERIES)
     for got, want in zip(onnx.encode_queries(QUERIES), torch_vectors, strict=True):
         assert got.shape == want.shape

@@ -26,6 +26,7 @@ from vrag_compress.ingest.ocr import (
     has_text_layer,
     reading_order,
 )
+from vrag_compress.threads import thread_budget
 
 SCAN_WORDS = ("docling", "bundles", "json", "markdown", "contained", "package")
 
@@ -172,6 +173,29 @@ def test_rapidocr_reads_the_scanned_page(scanned_page: Image.Image):
     for word in SCAN_WORDS:
         assert word in text.lower(), text
     assert lines[0].startswith("docling") and lines[-1].strip() == "package", text
+
+
+def _onnx_sessions(engine: object) -> list:
+    """The onnxruntime sessions of a RapidOCR engine's detector, classifier and recogniser."""
+    parts = (engine.text_det, engine.text_cls, engine.text_rec)  # type: ignore[attr-defined]
+    wrappers = [value for part in parts for value in vars(part).values()]
+    return [w.session for w in wrappers if hasattr(getattr(w, "session", None), "run")]
+
+
+def test_ocr_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch):
+    """onnxruntime ignores OMP_NUM_THREADS (the budget Ray sets in each actor): the engine
+    passes it on, so OCR in N processes on N cores runs N threads, not N per process."""
+    pytest.importorskip("rapidocr_onnxruntime")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert thread_budget() == 1
+    sessions = _onnx_sessions(RapidOcrEngine()._engine)
+    assert len(sessions) == 3
+    assert [s.get_session_options().intra_op_num_threads for s in sessions] == [1, 1, 1]
+    for value in ("", "0", "two", "-1"):  # not a budget: onnxruntime's own default
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert thread_budget() is None
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert thread_budget() is None
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ from vrag_compress.encoders.errors import (
 )
 from vrag_compress.encoders.fingerprint import model_fingerprint, model_identity
 from vrag_compress.encoders.tiny import cache_root
+from vrag_compress.threads import thread_budget
 
 EXPORT_FILES = ("query.onnx", "tokenizer.json", "query.json")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -289,6 +290,9 @@ def _session(file: Path) -> Any:
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    threads = thread_budget()
+    if threads is not None:
+        options.intra_op_num_threads = threads
     return onnxruntime.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
 
 

@@ -30,6 +30,7 @@ from PIL import Image
 from vrag_compress.ingest.discovery import iter_documents
 from vrag_compress.ingest.files import IMAGE_SUFFIXES, PDF_SUFFIXES, display_path
 from vrag_compress.ingest.pages import Page
+from vrag_compress.threads import thread_budget
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,13 @@ class OcrEngine(Protocol):
 
 
 class RapidOcrEngine:
-    """RapidOCR (PP-OCRv4 det + rec ONNX models bundled in the wheel) on onnxruntime's CPU."""
+    """RapidOCR (PP-OCRv4 det + rec ONNX models bundled in the wheel) on onnxruntime's CPU,
+    with ``threads`` intra-op threads (default: `vrag_compress.threads.thread_budget`)."""
 
     name = "rapidocr-onnxruntime"
 
     def __init__(self, threads: int | None = None) -> None:
-        self._engine = _load_rapidocr(threads)
+        self._engine = _load_rapidocr(threads if threads is not None else thread_budget())
 
     def recognize(self, image: Image.Image) -> list[TextBox]:
         """Text lines of one page. RapidOCR detects one image at a time and batches the
