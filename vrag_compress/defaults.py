@@ -21,5 +21,5 @@ DEFAULT_IMAGE_MAX_SIDE = 1280
 WEBP_METHOD = 2
 """libwebp's effort setting (0-6) for stored page images and served thumbnails. Pillow's
 default, 4, took 2.0-2.2x the CPU of 2 per page (105 vs 49 ms on gov PDF pages, 73 vs 34 ms on
-ICDAR scans, 65 vs 32 ms on ArxivQA figures, each at 150 dpi cut to 1280 px, quality 80) for
+ICDAR table pages, 65 vs 32 ms on ArxivQA figures, each at 150 dpi cut to 1280 px, quality 80) for
 files only 2-3% smaller and 0.2-0.4 dB more PSNR (above 40 dB either way)."""
