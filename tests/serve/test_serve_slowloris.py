@@ -10,21 +10,18 @@ request whose body stalls is answered 408 instead of being held open.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from vrag_compress.serve.process import free_port
+from vrag_compress.serve.process import free_port, start_server
 
 pytestmark = pytest.mark.e2e  # a real server process
 
@@ -47,29 +44,9 @@ def server(law_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     index = tmp / "index"
     shutil.copytree(law_index, index)
     port = free_port()
-    log = tmp / "serve.log"
-    command = [sys.executable, "-m", "vrag_compress", "serve", str(index), "--port", str(port)]
-    command += ["--header-timeout", "5", "--body-timeout", "2", "--api-key", KEY]
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_low_fd_limit,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+    options = ["--header-timeout", "5", "--body-timeout", "2", "--api-key", KEY]
+    process = start_server(index, port, tmp / "serve.log", *options, preexec_fn=_low_fd_limit)
     try:
-        deadline = time.monotonic() + 300
-        with httpx.Client(timeout=5) as poll:  # one client: each `httpx.get` built an SSL context
-            while time.monotonic() < deadline:
-                assert process.poll() is None, log.read_text()[-3000:]
-                with contextlib.suppress(httpx.HTTPError):
-                    if poll.get(f"http://127.0.0.1:{port}/api/info").status_code == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                pytest.fail(f"vrag serve did not start: {log.read_text()[-3000:]}")
         yield port
     finally:
         os.killpg(process.pid, signal.SIGTERM)

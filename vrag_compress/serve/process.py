@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -48,17 +48,27 @@ def serving(app: Any) -> Iterator[str]:
 
 
 def start_server(
-    index_dir: Path, port: int, log: Path, *options: str, timeout: float = 300
+    index_dir: Path,
+    port: int,
+    log: Path,
+    *options: str,
+    timeout: float = 300,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen:
     """A real `vrag serve INDEX --port PORT [options]` process, returned once /api/info answers
-    (the load test and the kill -9 test drive the server exactly as users start it)."""
+    (the load test and the kill -9 test drive the server exactly as users start it).
+    ``preexec_fn`` runs in the child before `vrag serve` starts (a resource limit, say)."""
     import httpx
 
     command = [sys.executable, "-m", "vrag_compress", "serve", str(index_dir)]
     command += ["--port", str(port), *options]
     with open(log, "ab") as out:  # its own process group: --workers children go with it
         process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
         )
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=5) as client:  # one client: each `httpx.get` built an SSL context
